@@ -1,0 +1,77 @@
+"""fusiontune: operator-fusion plans that move the least data on compute-in-memory hardware.
+
+The public API is re-exported here; implementation modules are private and may move.
+Names are imported lazily so that ``import fusiontune`` stays fast and does not start Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    # errors
+    "FusiontuneError": "fusiontune.errors",
+    "ModelLoadError": "fusiontune.errors",
+    "GraphLintError": "fusiontune.errors",
+    "ShapeError": "fusiontune.errors",
+    "IllegalPlanError": "fusiontune.errors",
+    "ConfigError": "fusiontune.errors",
+    "StorageError": "fusiontune.errors",
+    # IR
+    "Tensor": "fusiontune.ir.graph",
+    "Op": "fusiontune.ir.graph",
+    "Graph": "fusiontune.ir.graph",
+    "OpClass": "fusiontune.ir.opclass",
+    "GraphBuilder": "fusiontune.ir.builder",
+    # front ends
+    "load_model": "fusiontune.frontend.loader",
+    "load_onnx": "fusiontune.frontend.onnx_import",
+    "to_onnx": "fusiontune.frontend.onnx_export",
+    "zoo_models": "fusiontune.frontend.zoo",
+    "reference_run": "fusiontune.reference",
+    # planner
+    "Plan": "fusiontune.planner.plan",
+    "Group": "fusiontune.planner.plan",
+    "Mode": "fusiontune.planner.plan",
+    "PlannerConfig": "fusiontune.planner.candidates",
+    "candidate_edges": "fusiontune.planner.candidates",
+    "candidate_groups": "fusiontune.planner.candidates",
+    "check_plan": "fusiontune.planner.legality",
+    "enumerate_plans": "fusiontune.planner.enumerate",
+    "count_plans": "fusiontune.planner.enumerate",
+    "unfused_plan": "fusiontune.planner.baselines",
+    "greedy_plan": "fusiontune.planner.baselines",
+    "random_plan": "fusiontune.planner.baselines",
+    "plan_from_edges": "fusiontune.planner.baselines",
+    "explain": "fusiontune.planner.explain",
+    # simulator
+    "HardwareConfig": "fusiontune.sim.hardware",
+    "load_hardware": "fusiontune.sim.hardware",
+    "Metrics": "fusiontune.sim.cost",
+    "simulate": "fusiontune.sim.cost",
+    "execute": "fusiontune.sim.execute",
+    "verify": "fusiontune.sim.verify",
+    # search
+    "search": "fusiontune.search.api",
+    "SearchResult": "fusiontune.search.api",
+    "load_results": "fusiontune.search.results",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fusiontune' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,45 @@
+"""User-facing errors.
+
+Every error a user can cause derives from :class:`FusiontuneError`. The CLI prints
+``str(error)`` on one line and exits non-zero; it never shows a traceback for these.
+Messages name the file, the field or the op, and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class FusiontuneError(Exception):
+    """Base class of every error caused by user input (models, configs, plans, storage)."""
+
+
+class ModelLoadError(FusiontuneError):
+    """A model file or zoo name could not be read into a Graph."""
+
+
+class GraphLintError(FusiontuneError):
+    """A Graph breaks an IR invariant (order, shapes, single producer)."""
+
+
+class ShapeError(FusiontuneError):
+    """Shape inference failed for an op (bad attributes or incompatible input shapes)."""
+
+
+class IllegalPlanError(FusiontuneError):
+    """A plan violates a legality rule; the message names the rule and the ops."""
+
+
+class ConfigError(FusiontuneError):
+    """A hardware or search-space configuration is invalid; names file, key and allowed values."""
+
+
+class StorageError(FusiontuneError):
+    """A results folder or study storage cannot be used."""
+
+
+def closest(word: str, choices: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` for the closest choice, or ``""`` when none is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean '{match[0]}'?)" if match else ""

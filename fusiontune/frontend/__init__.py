@@ -1,0 +1,1 @@
+"""fusiontune.frontend (private; import from fusiontune)."""

@@ -1,0 +1,1 @@
+"""fusiontune.ir (private; import from fusiontune)."""

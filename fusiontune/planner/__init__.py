@@ -1,0 +1,1 @@
+"""fusiontune.planner (private; import from fusiontune)."""

@@ -1,0 +1,1 @@
+"""fusiontune.search (private; import from fusiontune)."""

@@ -1,0 +1,1 @@
+"""fusiontune.sim (private; import from fusiontune)."""
