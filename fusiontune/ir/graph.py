@@ -45,7 +45,9 @@ class Tensor:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if self.value is not None:
             value = np.asarray(self.value)
-            if value.flags.writeable:
+            # copy unless we hold the only reference to read-only data: a read-only view of
+            # a writable base could still change under us
+            if value.flags.writeable or not value.flags.owndata:
                 value = value.copy()
                 value.flags.writeable = False
             object.__setattr__(self, "value", value)
@@ -258,8 +260,10 @@ class Graph:
             for t in op.inputs:
                 if t and t not in available:
                     later = any(t in o.outputs for o in self.ops)
-                    why = "is produced later (cycle or ops out of order)" if later else (
-                        "is never produced"
+                    why = (
+                        "is produced later (cycle or ops out of order)"
+                        if later
+                        else ("is never produced")
                     )
                     problems.append(f"op '{op.name}' reads '{t}', which {why}")
             for t in op.outputs:
@@ -284,8 +288,9 @@ class Graph:
                     continue
                 try:
                     shapes = infer_op_shapes(op, self.tensors)
-                except Exception as exc:  # noqa: BLE001 - reported as a lint problem
-                    problems.append(f"op '{op.name}' ({op.op_type}): {exc}")
+                except Exception as exc:  # reported as a lint problem
+                    named = str(exc).startswith(f"op '{op.name}'")  # ShapeErrors name the op
+                    problems.append(str(exc) if named else f"op '{op.name}' ({op.op_type}): {exc}")
                     continue
                 for t, shape in zip(op.outputs, shapes):
                     if t and shape is not None and self.tensors[t].shape != tuple(shape):
@@ -324,7 +329,9 @@ class Graph:
 
     def subgraph_ops(self, names: Iterable[str]) -> tuple[Op, ...]:
         """The named ops in topological order."""
-        return tuple(sorted((self.op_by_name[n] for n in names), key=lambda o: self.op_index[o.name]))
+        return tuple(
+            sorted((self.op_by_name[n] for n in names), key=lambda o: self.op_index[o.name])
+        )
 
 
 _CHECKABLE_OPAQUE = frozenset(
@@ -334,8 +341,12 @@ _CHECKABLE_OPAQUE = frozenset(
 
 def _attr_for_hash(value: AttrValue) -> Any:
     if isinstance(value, np.ndarray):
-        return ["ndarray", value.dtype.str, list(value.shape),
-                hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()]
+        return [
+            "ndarray",
+            value.dtype.str,
+            list(value.shape),
+            hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest(),
+        ]
     if isinstance(value, (tuple, list)):
         return [_attr_for_hash(v) for v in value]
     if isinstance(value, bytes):

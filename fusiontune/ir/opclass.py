@@ -39,9 +39,7 @@ ELEMWISE_TYPES = frozenset(
     }
 )  # fmt: skip
 BINARY_ONLY_TYPES = frozenset({"Max", "Min"})
-WINDOW_TYPES = frozenset(
-    {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"}
-)
+WINDOW_TYPES = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"})
 STATS_TYPES = frozenset(
     {
         "LayerNormalization", "InstanceNormalization", "GroupNormalization", "Softmax",
@@ -69,9 +67,13 @@ def classify(
     if op_type in LINEAR_TYPES:
         # weight (input 1) must be a constant, the data input (0) an activation (rule 6);
         # Gemm/Conv bias, when present, must be constant too.
-        if len(present) >= 2 and not is_constant(inputs[0]) and is_constant(inputs[1]):
-            if all(is_constant(name) for name in inputs[2:] if name):
-                return OpClass.LINEAR
+        if (
+            len(present) >= 2
+            and not is_constant(inputs[0])
+            and is_constant(inputs[1])
+            and all(is_constant(name) for name in inputs[2:] if name)
+        ):
+            return OpClass.LINEAR
         return OpClass.OPAQUE
     if op_type == "BatchNormalization":
         if int(attrs.get("training_mode", 0)) == 1:

@@ -110,9 +110,15 @@ class Plan:
         groups: list[Group] = []
         seen: dict[str, int] = {}
         for i, entry in enumerate(data["groups"]):
-            if not isinstance(entry, dict) or not isinstance(entry.get("ops"), list) or not entry["ops"]:
+            if (
+                not isinstance(entry, dict)
+                or not isinstance(entry.get("ops"), list)
+                or not entry["ops"]
+            ):
                 raise IllegalPlanError(f"{source}: groups[{i}] needs a non-empty 'ops' list")
-            mode = entry.get("mode", Mode.SINGLE.value if len(entry["ops"]) == 1 else Mode.FUSED.value)
+            mode = entry.get(
+                "mode", Mode.SINGLE.value if len(entry["ops"]) == 1 else Mode.FUSED.value
+            )
             if mode not in {m.value for m in Mode}:
                 raise IllegalPlanError(
                     f"{source}: groups[{i}].mode '{mode}' is not one of "
@@ -147,7 +153,9 @@ class Plan:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise IllegalPlanError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+            raise IllegalPlanError(
+                f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})"
+            ) from exc
         return cls.from_dict(data, graph, source)
 
 

@@ -1,0 +1,128 @@
+"""``fusiontune plans``: count, list and explain the legal fusion plans of a model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from fusiontune.errors import ConfigError
+from fusiontune.ir.graph import Graph
+
+
+def register(sub: Any) -> None:
+    """Add the ``plans`` subcommand."""
+    p = sub.add_parser(
+        "plans",
+        help="count, list and explain the legal fusion plans of a model",
+        description="Count the legal fusion plans of a model (exactly), show the unfused and "
+        "greedy plans, list plans, or explain why each edge can or cannot be fused.",
+    )
+    p.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
+    p.add_argument("--count", action="store_true", help="print only the number of legal plans")
+    p.add_argument("--limit", type=_positive_int, metavar="N", help="list the first N plans")
+    p.add_argument("--explain", action="store_true", help="explain every activation edge")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--out", metavar="PLAN.json", help="write the greedy plan's JSON here")
+    p.add_argument("--max-group-size", type=_positive_int, default=None, metavar="N",
+                   help="rule 8: most ops per group (default 12)")  # fmt: skip
+    p.add_argument("--patterns", default=None, metavar="P1,P2,...",
+                   help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
+    p.add_argument("--input-size", type=_positive_int, default=None,
+                   help="zoo models: spatial side, MLP width or BERT sequence length")  # fmt: skip
+    p.add_argument("--batch", type=_positive_int, default=None, help="zoo models: batch size")
+    p.add_argument("--input-shape", action="append", default=None, metavar="NAME=D,D,...",
+                   help="static shape of an ONNX graph input (repeatable)")  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the model, then print what was asked; returns the exit code."""
+    from fusiontune.frontend.loader import load_model, parse_input_shapes
+    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    from fusiontune.planner.candidates import PlannerConfig, candidate_edges, group_pattern
+    from fusiontune.planner.enumerate import count_plans, enumerate_plans
+    from fusiontune.planner.explain import explain, format_explanations
+
+    zoo_kwargs = {
+        key: value
+        for key, value in (("input_size", args.input_size), ("batch", args.batch))
+        if value is not None
+    }
+    shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    cfg_kwargs: dict[str, Any] = {}
+    if args.max_group_size is not None:
+        cfg_kwargs["max_group_size"] = args.max_group_size
+    if args.patterns is not None:
+        cfg_kwargs["patterns"] = _parse_patterns(args.patterns)
+    cfg = PlannerConfig(**cfg_kwargs)
+
+    n_plans = count_plans(graph, cfg)
+    if args.count:
+        print(json.dumps({"model": graph.name, "plans": n_plans}) if args.json else n_plans)
+        return 0
+    greedy = greedy_plan(graph, cfg)
+    report: dict[str, Any] = {
+        "model": graph.name,
+        "ops": len(graph.ops),
+        "plans": n_plans,
+        "candidate_edges": len(candidate_edges(graph, cfg)),
+        "unfused_groups": unfused_plan(graph).n_groups,
+        "greedy_groups": greedy.n_groups,
+        "greedy": [{**g.to_dict(), "pattern": group_pattern(graph, g)} for g in greedy.groups],
+    }
+    if args.limit:
+        report["first_plans"] = [p.to_dict() for p in enumerate_plans(graph, args.limit, cfg)]
+    if args.explain:
+        report["explain"] = [e.to_dict() for e in explain(graph, cfg)]
+    if args.out:
+        Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(_as_text(graph, report))
+    if args.explain:
+        print()
+        print(format_explanations(explain(graph, cfg)))
+    if args.out:
+        print(f"greedy plan written to {args.out}")
+    return 0
+
+
+def _as_text(graph: Graph, report: dict[str, Any]) -> str:
+    n = report["plans"]
+    lines = [
+        f"model {report['model']}: {report['ops']} ops, {report['candidate_edges']} candidate "
+        f"edges",
+        f"legal plans: {n}" + (f" (~{n:.3e})" if n >= 10**6 else ""),
+        f"groups: unfused {report['unfused_groups']}, greedy {report['greedy_groups']}",
+        "greedy plan:",
+    ]
+    for i, g in enumerate(report["greedy"]):
+        lines.append(f"  [{i}] {g['mode']:<6} {g['pattern']:<10} {' '.join(g['ops'])}")
+    for k, plan in enumerate(report.get("first_plans", [])):
+        groups = " | ".join(
+            " ".join(g["ops"]) + (f" ({g['mode']})" if len(g["ops"]) > 1 else "")
+            for g in plan["groups"]
+        )
+        lines.append(f"plan {k}: {groups}")
+    return "\n".join(lines)
+
+
+def _parse_patterns(text: str) -> frozenset[str]:
+    parts = frozenset(p.strip().upper() for p in text.replace("+", ",").split(",") if p.strip())
+    if not parts:
+        raise ConfigError("--patterns: give at least one of P1, P2, P3, P4 (e.g. P1,P2)")
+    return parts
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value

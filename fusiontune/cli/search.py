@@ -1,0 +1,161 @@
+"""``fusiontune search MODEL``: search fusion plans, print a summary, write the tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fusiontune.search.driver import TrialRecord
+
+DEFAULT_WORKERS = 2
+"""Default Ray CPUs: the 2-core machine the README quickstart targets."""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "search",
+        help="search fusion plans (and hardware knobs) with Optuna",
+        description="Search the lowest-traffic legal fusion plan of a model with Optuna; "
+        "results go to <out>/<study>/ (trials.parquet, groups.parquet, best_plan.json).",
+    )
+    p.add_argument("model", help="zoo model name or ONNX file")
+    p.add_argument("--space", help="search space YAML (default: the embedded default space)")
+    p.add_argument("--trials", type=int, help="trial budget (default: from the space, 300)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(DEFAULT_WORKERS, os.cpu_count() or 1),
+        help="evaluation processes (Ray CPUs); 1 = serial",
+    )
+    p.add_argument("--address", help="join an existing Ray cluster ('auto' or host:port)")
+    p.add_argument("--sampler", help="tpe | random | nsga2 | bruteforce (default: from the space)")
+    p.add_argument(
+        "--objective", help="traffic | energy | cycles | edp | multi (default: from the space)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument("--study", help="study name (default: the model's name)")
+    p.add_argument(
+        "--storage", help="Optuna storage URL or journal file (*.log); default SQLite in the folder"
+    )
+    p.add_argument(
+        "--out", default="results", help="parent of the results folder (default results)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue an existing study")
+    p.add_argument(
+        "--verify-best", action="store_true", help="execute the best plan and check it numerically"
+    )
+    p.add_argument("--backend", choices=("ray", "serial"), help="default: ray unless --workers 1")
+    p.add_argument("--input-size", type=int, help="input resolution/width of a zoo model")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fusiontune.search.api import search
+    from fusiontune.search.space import load_space, with_overrides
+
+    space = with_overrides(
+        load_space(args.space), objective=args.objective, sampler=args.sampler, trials=args.trials
+    )
+    progress = _Progress(space.trials, sys.stderr.isatty())
+    try:
+        result = search(
+            args.model,
+            space=space,
+            workers=args.workers,
+            backend=args.backend,
+            address=args.address,
+            seed=args.seed,
+            study=args.study,
+            storage=args.storage,
+            out=args.out,
+            resume=args.resume,
+            verify_best=args.verify_best,
+            input_size=args.input_size,
+            on_record=progress.update,
+        )
+    finally:
+        progress.close()
+    print(format_summary(result.summary))
+    return 0
+
+
+class _Progress:
+    """A rich progress bar with best-so-far (plain lines when rich or a terminal is missing)."""
+
+    def __init__(self, total: int, live: bool) -> None:
+        self.best: float | None = None
+        self.count = 0
+        self.total = total
+        self._bar: Any = None
+        if live:
+            try:
+                from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            except ModuleNotFoundError:
+                return
+            self._bar = Progress(
+                TextColumn("search"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} trials"),
+                TextColumn("best {task.fields[best]}"),
+                TimeElapsedColumn(),
+            )
+            self._task = self._bar.add_task("search", total=total, best="-")
+            self._bar.start()
+
+    def update(self, record: TrialRecord) -> None:
+        self.count += 1
+        if record.state == "COMPLETE" and record.feasible and record.values:
+            value = record.values[0]
+            self.best = value if self.best is None else min(self.best, value)
+        best = "-" if self.best is None else f"{self.best:.6g}"
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, best=best)
+        elif self.count % max(1, self.total // 10) == 0:
+            print(f"search: {self.count} trials, best {best}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _mb(value: Any) -> str:
+    return "-" if value is None else f"{float(value) / 1e6:,.3f} MB"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The end-of-search summary: best vs baselines vs optimum vs lower bound, and paths."""
+    best = summary["best"]
+    base = summary.get("baselines", {})
+    lines = [
+        f"study {summary['study']}: {summary['n_trials']} trials of {summary['model']} "
+        f"(objective {summary['objective']}, sampler {summary['sampler']})",
+        f"  best (trial {best['trial']}):  {_mb(best.get('traffic_bytes'))}"
+        + ("" if best.get("feasible") else "  (INFEASIBLE)"),
+    ]
+    for name in ("unfused", "greedy", "exhaustive", "oracle"):
+        if name in base:
+            label = "exact optimum" if name == "oracle" else name
+            lines.append(f"  {label + ':':<16}{_mb(base[name].get('traffic_bytes'))}")
+    lines.append(f"  {'lower bound:':<16}{_mb(best.get('lower_bound_bytes'))}")
+    if "traffic_saved_vs_unfused" in summary:
+        lines.append(
+            f"  traffic saved vs unfused: {100 * summary['traffic_saved_vs_unfused']:.1f} %"
+        )
+    if "best_over_optimum" in summary:
+        lines.append(
+            f"  best / proven optimum ({summary['oracle_objective']}): "
+            f"{summary['best_over_optimum']:.4f}"
+        )
+    elif "best_traffic_over_optimum" in summary:
+        lines.append(
+            f"  best traffic / traffic optimum: {summary['best_traffic_over_optimum']:.4f}"
+        )
+    files = summary.get("files", {})
+    if files:
+        folder = os.path.dirname(files["trials"])
+        lines.append(f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json)")
+        lines.append(f"  report:  fusiontune report {folder}")
+    return "\n".join(lines)

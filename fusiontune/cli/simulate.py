@@ -1,0 +1,167 @@
+"""``fusiontune simulate``: analytic traffic, energy and cycles of one plan of a model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from fusiontune.errors import ConfigError
+
+BASELINE_PLANS = ("unfused", "greedy")
+MAX_OPS_SHOWN = 3  # ops listed per group in the text table
+PERCENT = 100.0
+
+
+def register(sub: Any) -> None:
+    """Add the ``simulate`` subcommand."""
+    p = sub.add_parser(
+        "simulate",
+        help="traffic, energy and cycles of a fusion plan on a CIM chip",
+        description="Simulate one fusion plan of a model on a CIM hardware config (analytic "
+        "model): totals, the per-group table, and the savings against the unfused plan and "
+        "the compulsory lower bound. --verify also executes the plan and checks it.",
+    )
+    p.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
+    p.add_argument("--plan", default="greedy", metavar="unfused|greedy|PLAN.json",
+                   help="a baseline plan or a plan JSON file (default greedy)")  # fmt: skip
+    p.add_argument("--hw", default=None, metavar="PRESET|FILE",
+                   help="hardware preset name or YAML file (default isaac_reram)")  # fmt: skip
+    p.add_argument("--verify", action="store_true",
+                   help="execute the plan; compare outputs and byte counts")  # fmt: skip
+    p.add_argument("--numerics", choices=("float", "cim"), default="float",
+                   help="numerics of --verify (default float)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--input-size", type=_positive_int, default=None,
+                   help="zoo models: spatial side, MLP width or BERT sequence length")  # fmt: skip
+    p.add_argument("--batch", type=_positive_int, default=None, help="zoo models: batch size")
+    p.add_argument("--input-shape", action="append", default=None, metavar="NAME=D,D,...",
+                   help="static shape of an ONNX graph input (repeatable)")  # fmt: skip
+    p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load model, plan and hardware; print the report. Returns the exit code."""
+    from fusiontune.frontend.loader import load_model, parse_input_shapes
+    from fusiontune.planner.baselines import unfused_plan
+    from fusiontune.sim.cost import simulate
+    from fusiontune.sim.hardware import load_hardware
+
+    zoo_kwargs = {
+        key: value
+        for key, value in (("input_size", args.input_size), ("batch", args.batch))
+        if value is not None
+    }
+    shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    hw = load_hardware(args.hw)
+    plan = _load_plan(graph, args.plan)
+    metrics = simulate(graph, plan, hw)
+    unfused = simulate(graph, unfused_plan(graph), hw)
+    report = _report(graph.name, args.plan, hw.name, plan.hash, metrics, unfused)
+    verified = None
+    if args.verify:
+        from fusiontune.sim.verify import verify
+
+        verified = verify(graph, plan, hw=hw, numerics=args.numerics)
+        report["verify"] = {
+            "passed": verified.passed,
+            "numerics": args.numerics,
+            "max_rel_err": verified.max_rel_err,
+            "counted_act_bytes": verified.counted_act_bytes,
+            "analytic_act_bytes": verified.analytic_act_bytes,
+        }
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(_text(report, metrics))
+        if verified is not None:
+            print(verified.summary())
+    return 0 if verified is None or verified.passed else 1
+
+
+def _load_plan(graph: Any, spec: str) -> Any:
+    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    from fusiontune.planner.plan import Plan
+
+    if spec == "unfused":
+        return unfused_plan(graph)
+    if spec == "greedy":
+        return greedy_plan(graph)
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError(f"--plan '{spec}': not a file; use unfused, greedy or a plan JSON file")
+    return Plan.from_json(path.read_text(), graph, source=spec)
+
+
+def _saving(value: float, reference: float) -> float:
+    return PERCENT * (1.0 - value / reference) if reference else 0.0
+
+
+def _report(
+    model: str, plan_name: str, hw_name: str, plan_hash: str, m: Any, unfused: Any
+) -> dict[str, Any]:
+    totals = m.as_dict()
+    return {
+        "model": model,
+        "plan": plan_name,
+        "plan_hash": plan_hash,
+        "hardware": hw_name,
+        "totals": totals,
+        "unfused": {k: unfused.as_dict()[k] for k in ("traffic_bytes", "energy_pj", "cycles")},
+        "savings_vs_unfused_pct": {
+            k: _saving(totals[k], getattr(unfused, k))
+            for k in ("traffic_bytes", "act_traffic_bytes", "energy_pj", "cycles")
+        },
+        "traffic_over_lower_bound": (
+            m.traffic_bytes / m.lower_bound_bytes if m.lower_bound_bytes else None
+        ),
+        "groups": m.group_rows(),
+    }
+
+
+def _text(report: dict[str, Any], m: Any) -> str:
+    t = report["totals"]
+    s = report["savings_vs_unfused_pct"]
+    lines = [
+        f"model {report['model']}  plan {report['plan']} ({report['plan_hash']}, "
+        f"{t['n_groups']} groups)  hardware {report['hardware']} ({t['hw_hash']})",
+        f"traffic      {t['traffic_bytes']:>16,} B  (activations read {t['act_read_bytes']:,} B, "
+        f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B)",
+        f"lower bound  {t['lower_bound_bytes']:>16,} B  (traffic is "
+        f"{report['traffic_over_lower_bound']:.3f}x the bound)",
+        f"energy       {t['energy_pj'] / 1e6:>16,.3f} uJ (DRAM {t['dram_pj'] / 1e6:.3f}, buffer "
+        f"{t['buffer_pj'] / 1e6:.3f}, cells {t['cell_pj'] / 1e6:.3f}, ADC {t['adc_pj'] / 1e6:.3f}, "
+        f"DAC {t['dac_pj'] / 1e6:.3f}, digital {t['digital_pj'] / 1e6:.3f}, programming "
+        f"{t['weight_program_pj'] / 1e6:.3f})",
+        f"cycles       {t['cycles']:>16,}    (compute {t['compute_cycles']:,}, memory "
+        f"{t['memory_cycles']:,})",
+        f"on chip      buffer {t['buffer_needed_bytes']:,} B, crossbars {t['crossbars_needed']:,}"
+        f"  feasible: {'yes' if t['feasible'] else 'NO'}",
+        f"vs unfused   traffic {s['traffic_bytes']:+.1f}% saved, energy {s['energy_pj']:+.1f}%, "
+        f"cycles {s['cycles']:+.1f}%",
+    ]
+    for v in m.violations:
+        lines.append(f"  violation: {v}")
+    lines.append("")
+    header = f"{'#':>4} {'mode':<7} {'ops':<44} {'traffic B':>12} {'energy uJ':>11} {'cycles':>12}"
+    lines.append(header)
+    for i, g in enumerate(m.groups):
+        shown = ", ".join(g.ops[:MAX_OPS_SHOWN]) + (" ..." if len(g.ops) > MAX_OPS_SHOWN else "")
+        flag = "" if g.feasible else "  INFEASIBLE"
+        lines.append(
+            f"{i:>4} {g.mode:<7} {shown[:44]:<44} {g.traffic_bytes:>12,} "
+            f"{g.energy_pj / 1e6:>11.3f} {g.cycles:>12,}{flag}"
+        )
+    return "\n".join(lines)

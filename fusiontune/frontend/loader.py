@@ -1,0 +1,75 @@
+"""One entry point for every front end: an ONNX file or a zoo model name becomes a Graph."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fusiontune.errors import ModelLoadError
+from fusiontune.ir.graph import Graph
+
+ONNX_SUFFIX = ".onnx"
+
+
+def load_model(
+    path_or_name: str | Path,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    **zoo_kwargs: Any,
+) -> Graph:
+    """Load a model by file path or zoo name.
+
+    A path that exists, or any name ending in ``.onnx``, is read by
+    :func:`~fusiontune.frontend.onnx_import.load_onnx`; anything else is a zoo name built by
+    :func:`~fusiontune.frontend.zoo.build_zoo`.
+
+    Args:
+        path_or_name: ``"model.onnx"`` or a zoo name such as ``"resnet18"``.
+        input_shapes: static input shapes for an ONNX file (``{"x": (1, 3, 224, 224)}``).
+        **zoo_kwargs: ``input_size``, ``batch``, ``seed`` for zoo models.
+
+    Raises:
+        ModelLoadError: the file cannot be read, the zoo name is unknown, or options were
+            given that the chosen front end does not take.
+    """
+    text = str(path_or_name)
+    if isinstance(path_or_name, Path) or Path(text).exists() or text.lower().endswith(ONNX_SUFFIX):
+        if zoo_kwargs:
+            raise ModelLoadError(
+                f"{text}: options {sorted(zoo_kwargs)} apply to zoo models only; "
+                "an ONNX file takes input_shapes"
+            )
+        from fusiontune.frontend.onnx_import import load_onnx
+
+        return load_onnx(text, input_shapes)
+    if input_shapes:
+        raise ModelLoadError(
+            f"zoo model '{text}': input_shapes applies to ONNX files; "
+            "set the zoo model's size with input_size= and batch="
+        )
+    from fusiontune.frontend.zoo import build_zoo
+
+    return build_zoo(text, **zoo_kwargs)
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse CLI ``--input-shape`` values such as ``["x=1,3,224,224"]``.
+
+    Raises:
+        ModelLoadError: a spec is not ``NAME=D1,D2,...`` with positive integer dimensions,
+            or a name is given twice.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        name = name.strip()
+        parts = [p.strip() for p in dims.split(",")]
+        if not sep or not name or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ModelLoadError(
+                f"--input-shape '{spec}': expected NAME=D1,D2,... with positive integer "
+                "dimensions, e.g. x=1,3,224,224"
+            )
+        if name in shapes:
+            raise ModelLoadError(f"--input-shape: input '{name}' is given twice")
+        shapes[name] = tuple(int(p) for p in parts)
+    return shapes

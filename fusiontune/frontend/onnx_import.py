@@ -1,0 +1,576 @@
+"""ONNX importer: an ``.onnx`` file becomes a linted :class:`~fusiontune.ir.graph.Graph`.
+
+The pipeline, top to bottom:
+
+1. read and parse the file (missing, truncated or non-ONNX files give one clear error);
+2. bring the default-domain opset into the supported range (older models are converted);
+3. fix the graph inputs' shapes (dynamic dimensions need ``input_shapes``);
+4. walk the nodes in topological order: ``Constant`` nodes and initializers become constant
+   tensors, nodes whose inputs are all constant (and ``Shape``/``Size`` of a static tensor)
+   are folded, every other node becomes an :class:`~fusiontune.ir.graph.Op` whose output
+   shapes come from :func:`~fusiontune.ir.shapes.infer_op_shapes`, or from
+   ``onnx.shape_inference`` for the ops it does not know;
+5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
+
+Activations are float32: a float graph input of another dtype is rejected (no silent cast).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from fusiontune.errors import FusiontuneError, ModelLoadError
+from fusiontune.ir import opclass
+from fusiontune.ir.graph import Graph, Op, Tensor
+from fusiontune.ir.shapes import SHAPE_OP_TYPES, infer_op_shapes
+
+MIN_OPSET = 11
+"""Oldest default-domain opset read directly; older models go through the version converter."""
+MAX_OPSET = 21
+"""Newest default-domain opset read directly (issue 2: opsets 11-21)."""
+
+DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+KNOWN_OP_TYPES = frozenset(
+    opclass.LINEAR_TYPES
+    | opclass.ARITH_TYPES
+    | opclass.AFFINE_TYPES
+    | opclass.ELEMWISE_TYPES
+    | opclass.BINARY_ONLY_TYPES
+    | opclass.WINDOW_TYPES
+    | opclass.STATS_TYPES
+    | opclass.LAYOUT_TYPES
+    | {"BatchNormalization"}
+    | SHAPE_OP_TYPES
+)
+"""Op types the IR knows; any other type loads as OPAQUE with a warning."""
+
+NONDETERMINISTIC_TYPES = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+     "Multinomial"}
+)  # fmt: skip
+"""Never constant-folded: their value changes from run to run."""
+
+ACTIVATION_DTYPE = "float32"
+_MODEL_PROTO_FIRST_TAG = 0x08  # (field 1 << 3) | varint wire type, per the protobuf encoding
+_FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
+
+
+def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Load an ONNX model file into a linted Graph.
+
+    Args:
+        path: the ``.onnx`` file (external data is read from its folder).
+        input_shapes: static shapes for graph inputs, by input name; required for inputs
+            with dynamic dimensions, e.g. ``{"x": (1, 3, 224, 224)}``.
+
+    Returns:
+        The Graph, named after the file stem. Ops of types the IR does not know are OPAQUE;
+        one ``UserWarning`` lists them.
+
+    Raises:
+        ModelLoadError: the file is missing, truncated or not ONNX; the opset cannot be
+            brought into 11-21; an input has a dynamic dimension and no ``input_shapes``
+            entry; a float input is not float32; a shape cannot be inferred.
+    """
+    path = Path(path)
+    model = _convert_opset(_read_model(path), path)
+    return _Importer(model, path, dict(input_shapes or {})).run()
+
+
+# ---- 1. reading ------------------------------------------------------------------------------
+def _read_model(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelLoadError(f"{path}: is a directory, not an ONNX file")
+    data = path.read_bytes()
+    if not data:
+        raise ModelLoadError(f"{path}: the file is empty, not an ONNX model")
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # serialized ModelProtos start with field 1 (ir_version, varint): tag byte 0x08
+        what = "is truncated or corrupt" if data[0] == _MODEL_PROTO_FIRST_TAG else "is not ONNX"
+        raise ModelLoadError(f"{path}: {what}, protobuf parsing failed ({reason})") from None
+    if not model.HasField("graph") or not model.opset_import or not model.graph.node:
+        raise ModelLoadError(
+            f"{path}: holds no ONNX graph (no nodes or no opset_import); not an ONNX model file"
+        )
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except Exception as exc:
+        raise ModelLoadError(f"{path}: cannot read external tensor data ({exc})") from None
+    return model
+
+
+# ---- 2. opset ------------------------------------------------------------------------------
+def _default_opset(model: onnx.ModelProto) -> int | None:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    return None
+
+
+def _convert_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    version = _default_opset(model)
+    if version is None:
+        raise ModelLoadError(f"{path}: imports no default-domain (ai.onnx) opset")
+    if MIN_OPSET <= version <= MAX_OPSET:
+        return model
+    target = MIN_OPSET if version < MIN_OPSET else MAX_OPSET
+    try:
+        from onnx import version_converter
+
+        converted = version_converter.convert_version(model, target)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelLoadError(
+            f"{path}: opset {version} is outside {MIN_OPSET}-{MAX_OPSET} and the ONNX version "
+            f"converter cannot convert it to {target} ({reason}); re-export with "
+            f"opset_version between {MIN_OPSET} and {MAX_OPSET}"
+        ) from None
+    return converted
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _np_dtype_name(elem_type: int) -> str:
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return "bfloat16"
+    return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    """An ONNX attribute as an immutable Python value (graphs kept as serialized bytes)."""
+    kind = onnx.AttributeProto
+    if attr.type == kind.INT:
+        return int(attr.i)
+    if attr.type == kind.FLOAT:
+        return float(attr.f)
+    if attr.type == kind.STRING:
+        return attr.s.decode("utf-8", "replace")
+    if attr.type == kind.INTS:
+        return tuple(int(v) for v in attr.ints)
+    if attr.type == kind.FLOATS:
+        return tuple(float(v) for v in attr.floats)
+    if attr.type == kind.STRINGS:
+        return tuple(s.decode("utf-8", "replace") for s in attr.strings)
+    if attr.type == kind.TENSOR:
+        return _read_only(numpy_helper.to_array(attr.t))
+    if attr.type == kind.TENSORS:
+        return tuple(_read_only(numpy_helper.to_array(t)) for t in attr.tensors)
+    if attr.type == kind.GRAPH:
+        return attr.g.SerializeToString(deterministic=True)
+    if attr.type == kind.GRAPHS:
+        return tuple(g.SerializeToString(deterministic=True) for g in attr.graphs)
+    return onnx.helper.get_attribute_value(attr).SerializeToString(deterministic=True)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = np.array(array)
+    array.flags.writeable = False
+    return array
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
+    """The value of a ``Constant`` node (any of its value_* attributes)."""
+    attr = node.attribute[0]
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    if attr.name == "value_float":
+        return np.array(attr.f, dtype=np.float32)
+    if attr.name == "value_floats":
+        return np.array(list(attr.floats), dtype=np.float32)
+    if attr.name == "value_int":
+        return np.array(attr.i, dtype=np.int64)
+    if attr.name == "value_ints":
+        return np.array(list(attr.ints), dtype=np.int64)
+    if attr.name == "sparse_value":
+        dense = np.zeros(tuple(attr.sparse_tensor.dims), dtype=np.float32)
+        values = numpy_helper.to_array(attr.sparse_tensor.values)
+        indices = numpy_helper.to_array(attr.sparse_tensor.indices)
+        dense = dense.astype(values.dtype)
+        if indices.ndim == 1:
+            dense.reshape(-1)[indices] = values
+        else:
+            dense[tuple(indices.T)] = values
+        return dense
+    raise ValueError(f"Constant attribute '{attr.name}' is not supported")
+
+
+def _topological(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int] | None:
+    """Node indices in a stable topological order; ``None`` when the nodes hold a cycle."""
+    produced_by: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for out in node.output:
+            if out:
+                produced_by.setdefault(out, i)
+    order: list[int] = []
+    state = [0] * len(nodes)  # 0 new, 1 on stack, 2 done
+    for root in range(len(nodes)):
+        if state[root]:
+            continue
+        stack: list[tuple[int, int]] = [(root, 0)]
+        state[root] = 1
+        while stack:
+            i, k = stack.pop()
+            deps = [produced_by[n] for n in nodes[i].input if n and n in produced_by]
+            if k < len(deps):
+                stack.append((i, k + 1))
+                j = deps[k]
+                if state[j] == 1 and j != i:
+                    return None
+                if state[j] == 0:
+                    state[j] = 1
+                    stack.append((j, 0))
+                continue
+            state[i] = 2
+            order.append(i)
+    return order
+
+
+# ---- 3-5. the import proper -------------------------------------------------------------------
+@dataclass
+class _Importer:
+    """State of one import: constants found so far and the Graph being built."""
+
+    model: onnx.ModelProto
+    path: Path
+    input_shapes: dict[str, Sequence[int]]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    tensors: dict[str, Tensor] = field(default_factory=dict)
+    ops: list[Op] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    unknown: Counter[str] = field(default_factory=Counter)
+    _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
+
+    @property
+    def opset(self) -> int:
+        version = _default_opset(self.model)
+        assert version is not None
+        return version
+
+    def fail(self, message: str) -> ModelLoadError:
+        return ModelLoadError(f"{self.path}: {message}")
+
+    def run(self) -> Graph:
+        graph = self.model.graph
+        if graph.sparse_initializer:
+            raise self.fail("sparse initializers are not supported; densify them first")
+        for init in graph.initializer:
+            self.constants[init.name] = numpy_helper.to_array(init)
+        self._read_inputs()
+        nodes = list(graph.node)
+        order = _topological(nodes, set(self.constants) | set(self.inputs))
+        if order is None:
+            raise self.fail("the graph has a cycle")
+        names = self._op_names(nodes)
+        for i in order:
+            self._import_node(nodes[i], names[i])
+        outputs = [o.name for o in graph.output]
+        for name in outputs:
+            if name in self.constants:
+                self._constant_tensor(name)
+            elif name not in self.tensors:
+                raise self.fail(f"graph output '{name}' is never produced")
+        if self.unknown:
+            listed = ", ".join(f"{t} ({n})" for t, n in sorted(self.unknown.items()))
+            warnings.warn(
+                f"{self.path}: {sum(self.unknown.values())} op(s) of types the IR does not "
+                f"know load as OPAQUE: {listed}",
+                UserWarning,
+                stacklevel=3,
+            )
+        g = Graph(self.path.stem, self.tensors, tuple(self.ops), tuple(self.inputs), tuple(outputs))
+        try:
+            return g.lint()
+        except FusiontuneError as exc:
+            raise self.fail(f"the imported graph is inconsistent: {exc}") from None
+
+    # ---- inputs -------------------------------------------------------------------------
+    def _read_inputs(self) -> None:
+        graph_inputs = [v for v in self.model.graph.input if v.name not in self.constants]
+        names = [v.name for v in graph_inputs]
+        for name in self.input_shapes:
+            if name not in names:
+                from fusiontune.errors import closest
+
+                kind = "a constant (initializer)" if name in self.constants else "not a graph input"
+                raise self.fail(
+                    f"input_shapes names '{name}', which is {kind}{closest(name, names)}; "
+                    f"graph inputs: {', '.join(names)}"
+                )
+        for value in graph_inputs:
+            shape = self._input_shape(value, graph_inputs)
+            dtype = _np_dtype_name(value.type.tensor_type.elem_type)
+            if dtype in _FLOAT_DTYPES and dtype != ACTIVATION_DTYPE:
+                raise self.fail(
+                    f"input '{value.name}' has dtype {dtype}; fusiontune models {ACTIVATION_DTYPE} "
+                    "activations, re-export the model in float32"
+                )
+            self.tensors[value.name] = Tensor(value.name, shape, dtype)
+            self.inputs.append(value.name)
+
+    def _input_shape(
+        self, value: onnx.ValueInfoProto, graph_inputs: Sequence[onnx.ValueInfoProto]
+    ) -> tuple[int, ...]:
+        if not value.type.HasField("tensor_type"):
+            raise self.fail(f"input '{value.name}' is not a tensor (sequences/maps unsupported)")
+        ttype = value.type.tensor_type
+        declared: list[int | str | None] = []
+        if ttype.HasField("shape"):
+            for d in ttype.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    declared.append(int(d.dim_value))
+                else:
+                    declared.append(d.dim_param or None)
+        given = self.input_shapes.get(value.name)
+        if given is not None:
+            shape = tuple(int(d) for d in given)
+            if ttype.HasField("shape") and len(shape) != len(declared):
+                raise self.fail(
+                    f"input_shapes gives '{value.name}' rank {len(shape)} {shape}, the model "
+                    f"declares rank {len(declared)}"
+                )
+            for axis, (g, d) in enumerate(zip(shape, declared)):
+                if g <= 0:
+                    raise self.fail(
+                        f"input_shapes gives '{value.name}' dimension {axis} = {g}; "
+                        "dimensions must be positive"
+                    )
+                if isinstance(d, int) and g != d:
+                    raise self.fail(
+                        f"input_shapes gives '{value.name}' dimension {axis} = {g}, the model "
+                        f"fixes it to {d}"
+                    )
+            return shape
+        if not ttype.HasField("shape") or any(not isinstance(d, int) for d in declared):
+            self._dynamic_error(value.name, declared, ttype.HasField("shape"), graph_inputs)
+        return tuple(int(d) for d in declared)  # type: ignore[arg-type]
+
+    def _dynamic_error(
+        self,
+        name: str,
+        declared: list[int | str | None],
+        has_shape: bool,
+        graph_inputs: Sequence[onnx.ValueInfoProto],
+    ) -> None:
+        if not has_shape:
+            what = "has no shape (unknown rank)"
+            example = "1,3,224,224"
+        else:
+            axis = next(i for i, d in enumerate(declared) if not isinstance(d, int))
+            label = f" ('{declared[axis]}')" if declared[axis] else ""
+            what = f"dimension {axis}{label} is dynamic"
+            example = ",".join(str(d) if isinstance(d, int) else "1" for d in declared)
+        py = "(" + example.replace(",", ", ") + ("," if "," not in example else "") + ")"
+        raise self.fail(
+            f"input '{name}' {what}; give static shapes: input_shapes={{'{name}': {py}}} in "
+            f"Python or --input-shape {name}={example} on the CLI"
+        )
+
+    # ---- nodes --------------------------------------------------------------------------
+    @staticmethod
+    def _op_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
+        """ONNX node names, or ``<OpType>_<index>`` where a name is empty or taken."""
+        given = Counter(n.name for n in nodes if n.name)
+        taken: set[str] = set()
+        names = []
+        for i, node in enumerate(nodes):
+            name = node.name if node.name and given[node.name] == 1 else ""
+            if not name:
+                name = f"{node.op_type}_{i}"
+                while name in taken or name in given:
+                    name += "_"
+            taken.add(name)
+            names.append(name)
+        return names
+
+    def _import_node(self, node: onnx.NodeProto, name: str) -> None:
+        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        for t in node.input:
+            if t and t not in self.constants and t not in self.tensors:
+                raise self.fail(
+                    f"op '{name}' ({node.op_type}) reads '{t}', which is never produced"
+                )
+        if node.op_type == "Constant" and not domain:
+            try:
+                self.constants[node.output[0]] = _constant_node_value(node)
+            except Exception as exc:
+                raise self.fail(f"op '{name}' (Constant): {exc}") from None
+            return
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        op_type = node.op_type
+        if op_type == "Sum" and not domain and len(node.input) == 2:
+            op_type = "Add"  # same semantics; a two-input Sum is a residual Add (BINARY)
+        op = Op(name, op_type, tuple(node.input), tuple(node.output), attrs, domain=domain)
+        if not domain and self._fold(node, op):
+            return
+        if domain or node.op_type not in KNOWN_OP_TYPES:
+            self.unknown[f"{domain}::{node.op_type}" if domain else node.op_type] += 1
+        for t in op.inputs:
+            if t in self.constants:
+                self._constant_tensor(t)
+        shapes = self._output_shapes(node, op)
+        for out, (shape, dtype) in zip(op.outputs, shapes):
+            if out:
+                self.tensors[out] = Tensor(out, shape, dtype)
+        self.ops.append(op)
+
+    def _constant_tensor(self, name: str) -> None:
+        if name not in self.tensors:
+            value = self.constants[name]
+            self.tensors[name] = Tensor(name, value.shape, str(value.dtype), value)
+
+    def _fold(self, node: onnx.NodeProto, op: Op) -> bool:
+        """Fold ``op`` into constants when its value is known now; True when folded."""
+        present = [t for t in node.input if t]
+        if op.op_type in ("Shape", "Size") and present and present[0] in self.tensors:
+            shape = self.tensors[present[0]].shape
+            if op.op_type == "Size":
+                value = np.array(int(np.prod(shape)), dtype=np.int64)
+            else:
+                end = op.attr("end")
+                value = np.array(shape[int(op.attr("start", 0)) : end], dtype=np.int64)
+            self.constants[node.output[0]] = value
+            return True
+        if not present or op.op_type in NONDETERMINISTIC_TYPES:
+            return False
+        if any(t not in self.constants for t in present):
+            return False
+        if any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in node.attribute
+        ):
+            return False
+        values = [self.constants[t] if t else None for t in node.input]
+        results = self._evaluate(node, op, values)
+        if results is None:
+            return False
+        for out, value in zip(node.output, results):
+            if out:
+                self.constants[out] = np.asarray(value)
+        return True
+
+    def _evaluate(
+        self, node: onnx.NodeProto, op: Op, values: list[np.ndarray | None]
+    ) -> list[np.ndarray] | None:
+        """Run one op on constants: our reference executor first, then ONNX's."""
+        try:
+            from fusiontune.reference import run_op
+
+            results = [np.asarray(v) for v in run_op(op, values)]
+            if len(results) >= sum(1 for out in node.output if out):
+                return results
+        except Exception:
+            pass
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            feeds = {t: v for t, v in zip(node.input, values) if t}
+            ref = ReferenceEvaluator(node, opsets={"": self.opset})
+            return [np.asarray(v) for v in ref.run(None, feeds)]
+        except Exception:
+            return None
+
+    def _output_shapes(self, node: onnx.NodeProto, op: Op) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of each output: our inference, else onnx.shape_inference."""
+        ours: list[tuple[int, ...] | None] = [None] * len(op.outputs)
+        if op.op_type in SHAPE_OP_TYPES and not op.domain:
+            try:
+                ours = list(infer_op_shapes(op, self.tensors))
+            except FusiontuneError as exc:
+                raise self.fail(str(exc)) from None
+        result: list[tuple[tuple[int, ...], str]] = []
+        onnx_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
+        for k, out in enumerate(op.outputs):
+            if not out:
+                result.append(((), ""))
+                continue
+            shape, elem = ours[k], 0
+            if shape is None:
+                if onnx_shapes is None:
+                    onnx_shapes = self._onnx_node_shapes(node)
+                shape, elem = onnx_shapes.get(out, (None, 0))
+                if shape is None:
+                    shape, elem = self._onnx_model_shapes().get(out, (None, 0))
+            if shape is None or any(d <= 0 for d in shape):
+                raise self.fail(
+                    f"cannot infer a static shape for output '{out}' of op '{op.name}' "
+                    f"({op.op_type}); fusiontune needs static shapes"
+                )
+            result.append((tuple(shape), self._dtype(op, k, elem)))
+        return result
+
+    def _dtype(self, op: Op, k: int, elem_type: int) -> str:
+        if op.op_type == "Cast":
+            return _np_dtype_name(int(op.attr("to")))
+        if elem_type:
+            return _np_dtype_name(elem_type)
+        data = op.inputs[1] if op.op_type == "Where" else op.inputs[0] if op.inputs else ""
+        return self.tensors[data].dtype if data in self.tensors else ACTIVATION_DTYPE
+
+    def _onnx_node_shapes(
+        self, node: onnx.NodeProto
+    ) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+        """onnx.shape_inference on a one-node model whose inputs have our shapes/constants."""
+        from onnx import helper
+
+        inputs, inits = [], []
+        for t in dict.fromkeys(x for x in node.input if x):
+            if t in self.constants:
+                inits.append(numpy_helper.from_array(self.constants[t], t))
+            else:
+                tensor = self.tensors[t]
+                elem = helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
+                inputs.append(helper.make_tensor_value_info(t, elem, tensor.shape))
+        outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+        graph = helper.make_graph([node], "node", inputs, outputs, initializer=inits)
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        model.ir_version = self.model.ir_version
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception:
+            return {}
+        return _value_shapes(inferred.graph)
+
+    def _onnx_model_shapes(self) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+        """onnx.shape_inference on the whole model with static input shapes (computed once)."""
+        if self._model_shapes is None:
+            model = onnx.ModelProto()
+            model.CopyFrom(self.model)
+            for value in model.graph.input:
+                if value.name in self.tensors:
+                    dims = value.type.tensor_type.shape.dim
+                    del dims[:]
+                    for d in self.tensors[value.name].shape:
+                        dims.add().dim_value = d
+            try:
+                inferred = onnx.shape_inference.infer_shapes(
+                    model, strict_mode=False, data_prop=True
+                )
+                self._model_shapes = _value_shapes(inferred.graph)
+            except Exception:
+                self._model_shapes = {}
+        return self._model_shapes
+
+
+def _value_shapes(graph: onnx.GraphProto) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+    """Static shapes (or None) and element types of every value_info/output of a graph."""
+    out: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+    for value in [*graph.value_info, *graph.output]:
+        ttype = value.type.tensor_type
+        shape: tuple[int, ...] | None = None
+        if ttype.HasField("shape") and all(d.HasField("dim_value") for d in ttype.shape.dim):
+            shape = tuple(int(d.dim_value) for d in ttype.shape.dim)
+        out[value.name] = (shape, int(ttype.elem_type))
+    return out

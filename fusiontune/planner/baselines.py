@@ -1,0 +1,216 @@
+"""Reference plans: unfused, greedy, random, and the search's deterministic repair.
+
+Mode policy for groups with two or more LINEAR ops (the only groups with a choice):
+
+- :func:`greedy_plan` merges (P3) when merge is legal and the merged weight matrix is no
+  larger than the separate ones (merging FC(d->r)-FC(r->d) with r << d would grow the weights
+  from 2dr to d^2), otherwise streams (P4).
+- :func:`plan_from_edges` merges when merge is legal and ``merge_choices`` says so for the
+  group's first LINEAR op, otherwise streams; when only one of the two is legal, that one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+import numpy as np
+
+from fusiontune.errors import IllegalPlanError
+from fusiontune.ir.graph import Graph, Op
+from fusiontune.planner._index import GraphIndex, graph_index
+from fusiontune.planner.candidates import PlannerConfig, _edge_index
+from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
+from fusiontune.planner.plan import Group, Mode, Plan, singleton_plan
+
+DEFAULT_EDGE_PROBABILITY_RANGE = (0.0, 1.0)  # random_plan draws its fusion density from this
+MERGE_PROBABILITY = 0.5  # random_plan: chance to merge a chain where merge is legal
+
+
+def unfused_plan(graph: Graph) -> Plan:
+    """Every op in a group of its own."""
+    return singleton_plan(graph)
+
+
+def greedy_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
+    """Deterministic maximal legal fusion.
+
+    Candidate edges are visited in topological order, repeatedly, until a full pass changes
+    nothing; each joins the two groups at its ends when the union is a legal group and the
+    quotient graph stays acyclic. This runs in three phases, so that groups form around
+    layers first: (1) unions with at most one LINEAR op (P1/P2), (2) unions that can merge
+    (P3), (3) any legal union (P4 stream). The last phase runs to a fixed point over every
+    edge, so the result is maximal: joining the two groups at the ends of any edge gives an
+    illegal plan. Modes: see the module docstring.
+    """
+    cfg = config or PlannerConfig()
+    ix = graph_index(graph)
+    group_of = list(range(ix.n))
+    members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
+    edges = _edge_index(graph, cfg)
+    for phase in _GREEDY_PHASES:
+        changed = True
+        while changed:
+            changed = False
+            for p, c in edges:
+                gp, gc = group_of[p], group_of[c]
+                if gp == gc:
+                    continue
+                union = members[gp] | members[gc]
+                view = GroupView.of(ix, union, cfg)
+                modes = legal_modes(view)
+                if not modes or not phase(view, modes):
+                    continue
+                trial = [gp if g == gc else g for g in group_of]
+                if quotient_cycle(ix, trial):
+                    continue
+                group_of = trial
+                members[gp] = union
+                del members[gc]
+                changed = True
+    return _plan(ix, members.values(), cfg, _merge_shrinks)
+
+
+_GREEDY_PHASES: tuple[Callable[[GroupView, tuple[Mode, ...]], bool], ...] = (
+    lambda view, modes: len(view.linear) <= 1,
+    lambda view, modes: len(view.linear) <= 1 or Mode.MERGE in modes,
+    lambda view, modes: True,
+)
+
+
+def plan_from_edges(
+    graph: Graph,
+    fused_edges: Iterable[tuple[str, str]],
+    merge_choices: Mapping[str, bool] | None = None,
+    config: PlannerConfig | None = None,
+) -> Plan:
+    """Repair a choice of edges into a legal plan, deterministically.
+
+    Groups are the connected components of the chosen edges, split where needed: ops are
+    visited in topological order and each joins the groups of its chosen-edge producers
+    (all of them if the union is legal, else the latest single one that stays legal, else
+    none), never closing a cycle of groups. A component that is itself a legal group and
+    forms no cycle comes back whole. Pairs that are not candidate edges are ignored.
+
+    Args:
+        graph: the graph.
+        fused_edges: ``(producer op, consumer op)`` pairs to fuse.
+        merge_choices: first LINEAR op of a multi-LINEAR group -> merge (True) or stream.
+        config: planner configuration.
+
+    Raises:
+        IllegalPlanError: an edge names an op that is not in the graph.
+    """
+    cfg = config or PlannerConfig()
+    ix = graph_index(graph)
+    pos = graph.op_index
+    allowed = set(_edge_index(graph, cfg))
+    chosen_preds: list[list[int]] = [[] for _ in range(ix.n)]
+    for producer, consumer in fused_edges:
+        for name in (producer, consumer):
+            if name not in pos:
+                raise IllegalPlanError(
+                    f"plan_from_edges: edge ({producer!r}, {consumer!r}) names op '{name}', "
+                    f"not in graph '{graph.name}'"
+                )
+        pair = (pos[producer], pos[consumer])
+        if pair in allowed and pair[0] not in chosen_preds[pair[1]]:
+            chosen_preds[pair[1]].append(pair[0])
+    group_of = list(range(ix.n))
+    members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
+    for x in range(ix.n):
+        pred_groups = sorted({group_of[p] for p in chosen_preds[x]})
+        if not pred_groups:
+            continue
+        options = [pred_groups] if len(pred_groups) > 1 else []
+        options += [[g] for g in sorted(pred_groups, key=lambda g: -max(members[g]))]
+        for option in options:
+            union = set().union(*(members[g] for g in option)) | {x}
+            if not legal_modes(GroupView.of(ix, union, cfg)):
+                continue
+            target = option[0]
+            trial = [target if (g in option or i == x) else g for i, g in enumerate(group_of)]
+            if quotient_cycle(ix, trial):
+                continue
+            group_of = trial
+            for g in option:
+                del members[g]
+            del members[x]
+            members[target] = union
+            break
+    choices = merge_choices or {}
+
+    def wants_merge(view: GroupView) -> bool:
+        return bool(choices.get(ix.names[view.linear[0]], False))
+
+    return _plan(ix, members.values(), cfg, wants_merge)
+
+
+def random_plan(
+    graph: Graph, rng: np.random.Generator, config: PlannerConfig | None = None
+) -> Plan:
+    """A random legal plan: random candidate edges and merge choices, repaired.
+
+    The fusion density is itself drawn uniformly, so samples range from nearly unfused to
+    nearly greedy. Not uniform over plans; every plan returned is legal.
+    """
+    cfg = config or PlannerConfig()
+    from fusiontune.planner.candidates import candidate_edges, merge_candidates
+
+    edges = candidate_edges(graph, cfg)
+    density = rng.uniform(*DEFAULT_EDGE_PROBABILITY_RANGE)
+    keep = rng.random(len(edges)) < density
+    chosen = [e for e, k in zip(edges, keep) if k]
+    merges = merge_candidates(graph, cfg)
+    flips = rng.random(len(merges)) < MERGE_PROBABILITY
+    return plan_from_edges(graph, chosen, dict(zip(merges, map(bool, flips))), cfg)
+
+
+def merged_weight_count(view: GroupView) -> tuple[int, int]:
+    """(weights of the merged matrix, weights of the separate LINEAR ops) of a chain."""
+    graph = view.ix.graph
+    separate = sum(math.prod(graph.tensor(view.op(i).inputs[1]).shape) for i in view.linear)
+    first, last = view.op(view.linear[0]), view.op(view.linear[-1])
+    return _in_features(graph, first) * _out_features(graph, last), separate
+
+
+def _merge_shrinks(view: GroupView) -> bool:
+    merged, separate = merged_weight_count(view)
+    return merged <= separate
+
+
+def _in_features(graph: Graph, op: Op) -> int:
+    w = graph.tensor(op.inputs[1]).shape
+    if op.op_type == "Gemm":
+        return w[1] if int(op.attr("transB", 0)) else w[0]
+    if op.op_type == "MatMul":
+        return w[0]
+    return w[1]  # Conv 1x1: (C_out, C_in, 1, 1)
+
+
+def _out_features(graph: Graph, op: Op) -> int:
+    w = graph.tensor(op.inputs[1]).shape
+    if op.op_type == "Gemm":
+        return w[0] if int(op.attr("transB", 0)) else w[1]
+    if op.op_type == "MatMul":
+        return w[1]
+    return w[0]
+
+
+def _plan(
+    ix: GraphIndex,
+    sets: Iterable[set[int]],
+    cfg: PlannerConfig,
+    wants_merge: Callable[[GroupView], bool],
+) -> Plan:
+    groups = []
+    for s in sets:
+        view = GroupView.of(ix, s, cfg)
+        modes = legal_modes(view)
+        if not modes:  # cannot happen: every set was checked when formed
+            raise AssertionError(f"internal: group {sorted(s)} has no legal mode")
+        mode = modes[0]
+        if len(modes) > 1:  # merge and stream both legal
+            mode = Mode.MERGE if wants_merge(view) else Mode.STREAM
+        groups.append(Group(tuple(ix.names[i] for i in view.members), mode))
+    return Plan.of(ix.graph, groups)

@@ -1,0 +1,321 @@
+"""``fusiontune.search()``: the whole search as one call (DESIGN §8-§9).
+
+Stages, in order:
+
+1. load the model and the search space; build the hardware and the decision variables;
+2. open (or resume) the Optuna study;
+3. run the trials on the chosen backend;
+4. evaluate the baselines at the base hardware: unfused, greedy, exhaustive (small graphs)
+   and the exact oracle (additive objectives);
+5. build the ``trials`` and ``groups`` tables, optionally verify the best plan by execution;
+6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.search import results as res
+from fusiontune.search.backends import EvalTask, evaluate_one, make_backend
+from fusiontune.search.driver import (
+    Problem,
+    TrialRecord,
+    _record,
+    best_record,
+    open_study,
+    run_trials,
+    storage_for,
+    study_records,
+)
+from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fusiontune.ir.graph import Graph
+    from fusiontune.planner.plan import Plan
+
+EXHAUSTIVE_MAX_PLANS = 2000
+"""Largest ``count_plans`` for which the exhaustive baseline enumerates every plan."""
+
+BASELINES = ("unfused", "greedy", "exhaustive", "oracle")
+
+
+@dataclass(frozen=True, eq=False)
+class SearchResult:
+    """Outcome of a search.
+
+    Attributes:
+        best_plan: best feasible plan found by the search.
+        trials: the ``trials`` table (search rows and baseline rows, column ``source``).
+        groups: the ``groups`` table.
+        summary: headline numbers (best, baselines, optimum, ratios, paths), as in summary.json.
+        out_dir: folder holding the files.
+    """
+
+    best_plan: Plan
+    trials: pd.DataFrame
+    groups: pd.DataFrame
+    summary: dict[str, Any]
+    out_dir: Path
+
+    @property
+    def best_over_optimum(self) -> float | None:
+        """Best found / proven optimum (1.0 = optimal); ``None`` without an oracle."""
+        value = self.summary.get("best_over_optimum")
+        return None if value is None else float(value)
+
+
+def search(
+    graph_or_name: Graph | str,
+    *,
+    space: SearchSpace | str | Path | None = None,
+    trials: int | None = None,
+    workers: int = 1,
+    backend: str | None = None,
+    address: str | None = None,
+    sampler: str | None = None,
+    objective: str | None = None,
+    seed: int | None = 0,
+    study: str | None = None,
+    storage: str | None = None,
+    out: str | Path = "results",
+    resume: bool = False,
+    verify_best: bool = False,
+    input_size: int | None = None,
+    baselines: bool = True,
+    on_record: Callable[[TrialRecord], None] | None = None,
+) -> SearchResult:
+    """Search fusion plans (and hardware knobs) for a model.
+
+    Args:
+        graph_or_name: a Graph, a zoo model name or an ONNX path.
+        space: a SearchSpace, a YAML path, or ``None`` for the embedded default.
+        trials: trial budget (overrides the space); with ``resume`` the total, not the extra.
+        workers: evaluation processes (Ray CPUs).
+        backend: ``ray`` or ``serial``; default ``serial`` for one worker, else ``ray``.
+        address: join an existing Ray cluster.
+        sampler: ``tpe``, ``random``, ``nsga2`` or ``bruteforce`` (overrides the space).
+        objective: ``traffic``, ``energy``, ``cycles``, ``edp`` or ``multi`` (overrides the space).
+        seed: sampler seed (``None``: random).
+        study: study name (default: the model's name).
+        storage: Optuna storage URL or journal file (default: SQLite in the results folder).
+        out: parent folder of the results folder ``<out>/<study>``.
+        resume: continue an existing study up to ``trials``; trials left RUNNING are failed.
+        verify_best: execute the best plan with the fused kernels and record the error.
+        input_size: input resolution for zoo models.
+        baselines: evaluate unfused/greedy/exhaustive/oracle rows.
+        on_record: called with each finished trial (progress bars).
+    """
+    from fusiontune import __version__
+    from fusiontune.sim.hardware import load_hardware
+
+    graph = _load_graph(graph_or_name, input_size)
+    spc = space if isinstance(space, SearchSpace) else load_space(space)
+    spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
+    hw = load_hardware(spc.hardware)
+    problem = Problem.build(graph, spc, hw)
+    name = study or graph.name
+    out_dir = Path(out) / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    opt_study = open_study(name, storage_for(storage, out_dir), problem, seed, resume)
+
+    done = len(study_records(opt_study))
+    remaining = max(0, spc.trials - done)
+    if remaining:
+        be = make_backend(
+            backend or ("serial" if workers <= 1 and not address else "ray"), workers, address
+        )
+        try:
+            be.start(graph)
+            run_trials(opt_study, problem, be, remaining, on_record)
+        finally:
+            be.close()
+
+    records = study_records(opt_study)
+    ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
+    best = best_record(records, problem)
+    if best is None:
+        from fusiontune.errors import FusiontuneError
+
+        raise FusiontuneError(
+            f"study '{name}': no trial completed; see the 'error' column of the trials"
+        )
+    frames = [res.trials_frame(records, ctx)]
+    base_records: dict[str, TrialRecord] = {}
+    oracle_info: dict[str, Any] = {}
+    if baselines:
+        base_records, oracle_info = _baselines(problem)
+        frames += [res.trials_frame([r], ctx, source=k) for k, r in base_records.items()]
+    import pandas as pd
+
+    trials_df = pd.concat(frames, ignore_index=True)
+    best_plan = _plan_of(best.plan_json)
+    if verify_best:
+        err, passed = _verify(graph, best_plan, res.hardware_from_json(best.hw_json))
+        mask = (trials_df["plan_hash"] == best.plan_hash) & (trials_df["hw_hash"] == best.hw_hash)
+        trials_df.loc[mask, "verify_error"] = err
+        trials_df.loc[mask, "verify_passed"] = passed
+        summary_extra = {"verify_best": {"max_rel_err": err, "passed": passed}}
+    else:
+        summary_extra = {}
+    groups_df = _groups_table(graph, trials_df, name)
+    summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
+    summary.update(summary_extra)
+
+    res.write_parquet(trials_df, out_dir / res.TRIALS_FILE)
+    res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
+    res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
+    res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
+    return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
+
+
+def _load_graph(graph_or_name: Graph | str, input_size: int | None) -> Graph:
+    if not isinstance(graph_or_name, (str, Path)):
+        return graph_or_name
+    from fusiontune.frontend.loader import load_model
+
+    if input_size is not None:
+        return load_model(str(graph_or_name), input_size=input_size)
+    return load_model(str(graph_or_name))
+
+
+def _plan_of(plan_json: str) -> Plan:
+    from fusiontune.planner.plan import Group, Mode, Plan
+
+    data = json.loads(plan_json)
+    return Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in data["groups"]))
+
+
+def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
+    outcome = evaluate_one(problem.graph, EvalTask(number, plan, problem.base_hw))
+    return _record(problem, number, plan, problem.base_hw, outcome)
+
+
+def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
+    """Unfused, greedy, exhaustive best (small graphs) and the exact oracle, at base hardware."""
+    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    from fusiontune.planner.enumerate import count_plans, enumerate_plans
+    from fusiontune.search.oracle import exact_optimum
+
+    graph, cfg = problem.graph, problem.config
+    out = {
+        "unfused": _evaluate(problem, unfused_plan(graph)),
+        "greedy": _evaluate(problem, greedy_plan(graph, cfg)),
+    }
+    n_plans = count_plans(graph, cfg)
+    info: dict[str, Any] = {"count_plans": int(n_plans)}
+    if n_plans <= EXHAUSTIVE_MAX_PLANS:
+        candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
+        best = best_record(candidates, problem)
+        if best is not None:
+            out["exhaustive"] = best
+    objective = problem.space.objective
+    oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
+    oracle = exact_optimum(graph, problem.base_hw, oracle_objective, cfg)
+    if oracle is not None:
+        out["oracle"] = _evaluate(problem, oracle.plan)
+        info.update(
+            oracle_objective=oracle_objective,
+            optimum=oracle.optimum,
+            oracle_groups=oracle.n_groups_considered,
+            oracle_cuts=oracle.n_cuts,
+            oracle_s=oracle.solve_s,
+        )
+    return out, info
+
+
+def _verify(graph: Graph, plan: Plan, hw: Any) -> tuple[float, bool]:
+    """Execute the plan with the fused kernels: (max relative output error, passed), where
+    passed means outputs within tolerance and counted traffic equal to the analytic one."""
+    from fusiontune.sim.verify import verify
+
+    report = verify(graph, plan, hw)
+    return float(report.max_rel_err), bool(report.passed)
+
+
+def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataFrame:
+    """Groups of every distinct completed (plan, hardware) in the trials table."""
+    done = trials_df[trials_df["state"] == "COMPLETE"].drop_duplicates(["plan_hash", "hw_hash"])
+    hw_cache: dict[str, Any] = {}
+    items = []
+    for row in done.itertuples(index=False):
+        if row.hw_hash not in hw_cache:
+            hw_cache[row.hw_hash] = res.hardware_from_json(row.hw_json)
+        plan = _plan_of(row.plan_json)
+        items.append(
+            (
+                row.plan_hash,
+                row.hw_hash,
+                plan,
+                res.group_metrics_of(graph, plan, hw_cache[row.hw_hash]),
+            )
+        )
+    return res.groups_frame(items, graph, study)
+
+
+def _summary(
+    problem: Problem,
+    ctx: res.RowContext,
+    best: TrialRecord,
+    base: dict[str, TrialRecord],
+    oracle_info: dict[str, Any],
+    out_dir: Path,
+    n_trials: int,
+) -> dict[str, Any]:
+    """Headline numbers written to summary.json and printed by the CLI."""
+    metric = "traffic_bytes"
+    summary: dict[str, Any] = {
+        "study": ctx.study,
+        "model": ctx.model,
+        "graph_hash": ctx.graph_hash,
+        "objective": ctx.objective,
+        "sampler": problem.space.sampler,
+        "n_trials": n_trials,
+        "n_edges": len(problem.edges),
+        "n_merge_choices": len(problem.merge_keys),
+        "knobs": [k.name for k in problem.space.knobs],
+        "best": {
+            "trial": best.trial,
+            "plan_hash": best.plan_hash,
+            "values": list(best.values),
+            "feasible": best.feasible,
+            **{
+                k: best.metrics.get(k) for k in (metric, "energy_pj", "cycles", "lower_bound_bytes")
+            },
+        },
+        "baselines": {
+            k: {m: r.metrics.get(m) for m in (metric, "energy_pj", "cycles")}
+            | {"values": list(r.values)}
+            for k, r in base.items()
+        },
+        "fusiontune_version": ctx.version,
+        "files": {
+            "trials": str(out_dir / res.TRIALS_FILE),
+            "groups": str(out_dir / res.GROUPS_FILE),
+            "best_plan": str(out_dir / res.BEST_PLAN_FILE),
+        },
+    }
+    summary.update(oracle_info)
+    unfused = base.get("unfused")
+    if unfused is not None and unfused.metrics.get(metric):
+        saved = 1.0 - float(best.metrics[metric]) / float(unfused.metrics[metric])
+        summary["traffic_saved_vs_unfused"] = saved
+    oracle = base.get("oracle")
+    same_hw = not problem.space.knobs or best.hw_hash == problem.base_hw.hash
+    if oracle is not None and same_hw and problem.space.objective in ADDITIVE_OBJECTIVES:
+        optimum = oracle.values[0]
+        summary["best_over_optimum"] = best.values[0] / optimum if optimum else 1.0
+    elif oracle is not None and same_hw:
+        optimum = float(oracle.metrics[metric])
+        summary["best_traffic_over_optimum"] = (
+            float(best.metrics[metric]) / optimum if optimum else 1.0
+        )
+    return summary
+
+
+__all__ = ["SearchResult", "search"]

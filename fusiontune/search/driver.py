@@ -1,0 +1,434 @@
+"""The search driver: Optuna ask -> repair -> evaluate (backend) -> tell (DESIGN §8).
+
+Decision variables of a trial:
+
+- ``fuse:<src>-><dst>`` in {0, 1} for each edge of ``candidate_edges(graph, cfg)``;
+- ``mode:<op>`` in {merge, stream} for each chain of ``merge_candidates(graph, cfg)``;
+- ``hw:<field>`` for each hardware knob of the search space.
+
+The assignment is repaired into a legal plan by ``plan_from_edges``; the repaired plan is what
+is evaluated and recorded. A (plan, hardware) pair already evaluated is answered from a cache.
+Each finished trial carries one user attribute, :data:`RECORD_ATTR`, holding everything the
+tables need, so the study storage alone can rebuild them (``--resume``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.errors import ConfigError, StorageError
+from fusiontune.search.backends import Backend, EvalOutcome, EvalTask
+from fusiontune.search.space import OBJECTIVE_METRICS, Knob, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+
+    from fusiontune.ir.graph import Graph
+    from fusiontune.planner.candidates import PlannerConfig
+    from fusiontune.planner.plan import Plan
+    from fusiontune.sim.hardware import HardwareConfig
+
+RECORD_ATTR = "fusiontune"
+"""User attribute of each trial holding its record (plan, hardware, metrics)."""
+
+BRUTEFORCE_MAX_POINTS = 65536
+"""Largest grid the bruteforce sampler accepts (2^16 points; beyond that use tpe/random)."""
+
+NSGA2_POPULATION = 20
+"""NSGA-II population: small enough for several generations within a few hundred trials."""
+
+CAPACITY_CONSTRAINT = "capacity"
+"""Constraint key: number of hardware-capacity violations (rule 7), feasible when 0."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What one finished trial contributes to the tables (JSON-able via :meth:`to_dict`)."""
+
+    trial: int
+    state: str
+    plan_json: str = ""
+    plan_hash: str = ""
+    hw_json: str = ""
+    hw_hash: str = ""
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    feasible: bool = False
+    violations: tuple[str, ...] = ()
+    constraints: dict[str, float] = dataclasses.field(default_factory=dict)
+    values: tuple[float, ...] = ()
+    eval_s: float = 0.0
+    worker: str = ""
+    duplicate_of: int = -1
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["violations"] = list(self.violations)
+        data["values"] = list(self.values)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
+        data = dict(data)
+        data["violations"] = tuple(data.get("violations", ()))
+        data["values"] = tuple(data.get("values", ()))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A fixed search problem: the graph, its decision variables and the base hardware."""
+
+    graph: Graph
+    space: SearchSpace
+    config: PlannerConfig
+    base_hw: HardwareConfig
+    edges: tuple[tuple[str, str], ...]
+    merge_keys: tuple[str, ...]
+
+    @classmethod
+    def build(cls, graph: Graph, space: SearchSpace, base_hw: HardwareConfig) -> Problem:
+        from fusiontune.planner.candidates import (
+            PlannerConfig,
+            candidate_edges,
+            merge_candidates,
+        )
+
+        config = PlannerConfig(max_group_size=space.max_group_size)
+        edges = tuple(tuple(e) for e in candidate_edges(graph, config))
+        merges = tuple(merge_candidates(graph, config))
+        problem = cls(graph, space, config, base_hw, edges, merges)  # type: ignore[arg-type]
+        problem.check_sampler()
+        problem.check_knobs()
+        return problem
+
+    @property
+    def directions(self) -> list[str]:
+        return ["minimize"] * self.space.n_objectives
+
+    def check_sampler(self) -> None:
+        """Refuse bruteforce on a grid too large to walk."""
+        if self.space.sampler != "bruteforce":
+            return
+        points = 2 ** len(self.edges) * 2 ** len(self.merge_keys)
+        for knob in self.space.knobs:
+            if knob.kind == "categorical":
+                points *= len(knob.choices)
+            elif knob.kind == "int" or knob.step is not None:
+                step = knob.step or 1.0
+                points *= int((knob.high - knob.low) // step) + 1  # type: ignore[operator]
+            else:
+                raise ConfigError(
+                    f"{self.space.source}: sampler bruteforce needs a step for float knob "
+                    f"'{knob.name}'"
+                )
+        if points > BRUTEFORCE_MAX_POINTS:
+            raise ConfigError(
+                f"{self.space.source}: sampler bruteforce would walk {points} points "
+                f"(more than {BRUTEFORCE_MAX_POINTS}); use tpe or random"
+            )
+
+    def check_knobs(self) -> None:
+        """Apply each knob's extreme values to the base hardware once: a range the hardware
+        refuses fails here, naming the search-space file, not in the middle of a search."""
+        for knob in self.space.knobs:
+            values = knob.choices if knob.kind == "categorical" else (knob.low, knob.high)
+            for value in values:
+                if knob.kind == "int":
+                    value = int(value)  # type: ignore[arg-type]
+                try:
+                    self.base_hw.replace(**{knob.name: value})
+                except ConfigError as exc:
+                    raise ConfigError(
+                        f"{self.space.source}: knobs.{knob.name} = {value!r}: {exc}"
+                    ) from exc
+
+    def greedy_params(self) -> dict[str, Any]:
+        """Parameters of the 'fuse every candidate edge' assignment (enqueued first)."""
+        return {edge_param(e): 1 for e in self.edges}
+
+    def decode(self, trial: optuna.trial.Trial) -> tuple[Plan, HardwareConfig]:
+        """Sample the trial's variables and repair them into a legal plan."""
+        from fusiontune.planner.baselines import plan_from_edges
+
+        fused = [e for e in self.edges if trial.suggest_categorical(edge_param(e), (0, 1)) == 1]
+        merges = {
+            k: str(trial.suggest_categorical(f"mode:{k}", ("merge", "stream")))
+            for k in self.merge_keys
+        }
+        knobs = {k.name: _suggest_knob(trial, k) for k in self.space.knobs}
+        hw = self.base_hw.replace(**knobs) if knobs else self.base_hw
+        plan = plan_from_edges(self.graph, fused, merges or None, self.config)
+        return plan, hw
+
+    def values(self, metrics: dict[str, Any]) -> tuple[float, ...]:
+        """Objective value(s) of a plan's metrics."""
+        names = OBJECTIVE_METRICS[self.space.objective]
+        if self.space.objective == "edp":
+            return (float(metrics[names[0]]) * float(metrics[names[1]]),)
+        return tuple(float(metrics[n]) for n in names)
+
+    def constraints(self, outcome: EvalOutcome) -> dict[str, float]:
+        """Constraint values (feasible when all <= 0): capacity, then the space's caps."""
+        out = {
+            CAPACITY_CONSTRAINT: 0.0 if outcome.feasible else float(max(1, len(outcome.violations)))
+        }
+        for cap in self.space.constraints:
+            if cap.metric not in outcome.metrics:
+                allowed = sorted(
+                    k for k, v in outcome.metrics.items() if isinstance(v, (int, float))
+                )
+                raise ConfigError(
+                    f"{self.space.source}: constraints.{cap.metric} is not a metric; "
+                    f"allowed: {', '.join(allowed)}"
+                )
+            value = float(outcome.metrics[cap.metric])
+            out[cap.metric] = (
+                value / cap.max_value - 1.0 if cap.max_value else value - cap.max_value
+            )
+        return out
+
+
+def edge_param(edge: tuple[str, str]) -> str:
+    """Optuna parameter name of a candidate fusion edge."""
+    return f"fuse:{edge[0]}->{edge[1]}"
+
+
+def hw_json(hw: HardwareConfig) -> str:
+    """Canonical JSON of a hardware configuration (stored with every row)."""
+    return json.dumps(hw.to_dict(), sort_keys=True, default=str)
+
+
+def _suggest_knob(trial: optuna.trial.Trial, knob: Knob) -> Any:
+    if knob.kind == "categorical":
+        return trial.suggest_categorical(knob.param, knob.choices)
+    assert knob.low is not None and knob.high is not None
+    if knob.kind == "int":
+        return trial.suggest_int(
+            knob.param, int(knob.low), int(knob.high), step=int(knob.step or 1), log=knob.log
+        )
+    return trial.suggest_float(knob.param, knob.low, knob.high, step=knob.step, log=knob.log)
+
+
+# ---- study -----------------------------------------------------------------------------------
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler for a name of :data:`fusiontune.search.space.SAMPLERS`.
+
+    Constraints reach every sampler through ``trial.set_constraint`` (Optuna 5).
+    """
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
+    if name == "bruteforce":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    raise ConfigError(f"sampler '{name}' is not known; allowed: tpe, random, nsga2, bruteforce")
+
+
+def storage_for(storage: str | None, study_dir: Path) -> Any:
+    """Optuna storage: SQLite under ``study_dir`` by default, a journal file for ``*.log`` /
+    ``*.journal`` / ``journal:PATH``, otherwise a database URL (e.g. PostgreSQL)."""
+    import optuna
+
+    if storage is None:
+        return f"sqlite:///{(study_dir / 'study.db').resolve()}"
+    journal = storage[len("journal:") :] if storage.startswith("journal:") else None
+    if journal is None and storage.endswith((".log", ".journal", ".jsonl")):
+        journal = storage
+    if journal is not None:
+        from optuna.storages.journal import JournalFileBackend
+
+        Path(journal).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(journal))
+    return storage
+
+
+def open_study(
+    name: str,
+    storage: Any,
+    problem: Problem,
+    seed: int | None,
+    resume: bool,
+) -> optuna.Study:
+    """Create the study, or load it with ``resume`` and fail the trials left RUNNING."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = make_sampler(problem.space.sampler, seed)
+    try:
+        existing = optuna.get_all_study_names(storage=storage)
+    except Exception as exc:
+        raise StorageError(f"study storage '{storage}' cannot be opened: {exc}") from exc
+    if name in existing and not resume:
+        raise StorageError(
+            f"study '{name}' already exists in {storage}; pass --resume to continue it, "
+            "or --study NAME / --out DIR for a new one"
+        )
+    study = optuna.create_study(
+        storage=storage,
+        sampler=sampler,
+        study_name=name,
+        directions=problem.directions,
+        load_if_exists=resume,
+    )
+    if name in existing:
+        if len(study.directions) != len(problem.directions):
+            raise StorageError(
+                f"study '{name}' has {len(study.directions)} objective(s); objective "
+                f"'{problem.space.objective}' needs {len(problem.directions)}"
+            )
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(t.number, state=TrialState.FAIL)
+    else:
+        study.set_user_attr("space", problem.space.to_dict())
+        study.enqueue_trial(problem.greedy_params(), skip_if_exists=True)
+    return study
+
+
+def study_records(study: optuna.Study) -> list[TrialRecord]:
+    """Records of every finished trial that the driver evaluated, by trial number."""
+    records = []
+    for t in study.get_trials(deepcopy=False):
+        data = t.user_attrs.get(RECORD_ATTR)
+        if data is not None:
+            records.append(TrialRecord.from_dict(data))
+    return sorted(records, key=lambda r: r.trial)
+
+
+# ---- the loop ----------------------------------------------------------------------------------
+def run_trials(
+    study: optuna.Study,
+    problem: Problem,
+    backend: Backend,
+    n_trials: int,
+    on_record: Callable[[TrialRecord], None] | None = None,
+) -> list[TrialRecord]:
+    """Run ``n_trials`` more trials: ask a batch, submit it, tell results as they stream in.
+
+    Returns the records of the new trials in the order they were told.
+    """
+
+    cache: dict[tuple[str, str], TrialRecord] = {
+        (r.plan_hash, r.hw_hash): r for r in study_records(study) if r.state == "COMPLETE"
+    }
+    # key -> trials waiting for that evaluation (the first one was submitted)
+    waiting: dict[tuple[str, str], list[tuple[optuna.trial.Trial, Plan, HardwareConfig]]] = {}
+    by_trial: dict[int, tuple[str, str]] = {}
+    told: list[TrialRecord] = []
+
+    def finish(trial: optuna.trial.Trial, record: TrialRecord) -> None:
+        _tell(study, trial, record)
+        told.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    asked = 0
+    while len(told) < n_trials:
+        while asked < n_trials and backend.has_room():
+            batch: list[EvalTask] = []
+            while len(batch) < backend.plans_per_task and asked < n_trials:
+                trial = study.ask()
+                asked += 1
+                try:
+                    plan, hw = problem.decode(trial)
+                except ConfigError:
+                    raise
+                except Exception as exc:  # repair or hardware rejected the assignment
+                    finish(
+                        trial,
+                        TrialRecord(trial.number, "FAIL", error=f"{type(exc).__name__}: {exc}"),
+                    )
+                    continue
+                key = (plan.hash, hw.hash)
+                if key in cache:
+                    finish(trial, _duplicate(cache[key], trial.number))
+                elif key in waiting:
+                    waiting[key].append((trial, plan, hw))
+                else:
+                    waiting[key] = [(trial, plan, hw)]
+                    by_trial[trial.number] = key
+                    batch.append(EvalTask(trial.number, plan, hw))
+            if batch:
+                backend.submit(batch)
+        outcomes = backend.wait()
+        if not outcomes and asked >= n_trials and not waiting:
+            break
+        for outcome in outcomes:
+            key = by_trial.pop(outcome.trial)
+            (trial, plan, hw), *dupes = waiting.pop(key)
+            record = _record(problem, trial.number, plan, hw, outcome)
+            if record.state == "COMPLETE":
+                cache[key] = record
+            finish(trial, record)
+            for dupe, _, _ in dupes:
+                finish(dupe, _duplicate(record, dupe.number))
+    return told
+
+
+def _record(
+    problem: Problem, number: int, plan: Plan, hw: HardwareConfig, outcome: EvalOutcome
+) -> TrialRecord:
+    base = {
+        "trial": number,
+        "plan_json": plan.to_json(),
+        "plan_hash": plan.hash,
+        "hw_json": hw_json(hw),
+        "hw_hash": hw.hash,
+        "eval_s": outcome.eval_s,
+        "worker": outcome.worker,
+    }
+    if outcome.failed:
+        return TrialRecord(state="FAIL", error=outcome.error, **base)
+    values = problem.values(outcome.metrics)
+    if not all(math.isfinite(v) for v in values):
+        return TrialRecord(state="FAIL", error=f"objective not finite: {values}", **base)
+    return TrialRecord(
+        state="COMPLETE",
+        metrics=dict(outcome.metrics),
+        feasible=outcome.feasible,
+        violations=outcome.violations,
+        constraints=problem.constraints(outcome),
+        values=values,
+        **base,
+    )
+
+
+def _duplicate(record: TrialRecord, number: int) -> TrialRecord:
+    original = record.trial if record.duplicate_of < 0 else record.duplicate_of
+    return dataclasses.replace(
+        record, trial=number, duplicate_of=original, eval_s=0.0, worker="cache"
+    )
+
+
+def _tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -> None:
+    from optuna.trial import TrialState
+
+    for key, value in record.constraints.items():
+        trial.set_constraint(key, value)
+    trial.set_user_attr(RECORD_ATTR, record.to_dict())
+    if record.state == "COMPLETE":
+        study.tell(trial, values=list(record.values))
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord | None:
+    """Best feasible completed record (lowest objective; for ``multi``: lowest traffic on the
+    Pareto front, which is the lowest traffic overall); infeasible ones only if none is feasible."""
+    done = [r for r in records if r.state == "COMPLETE"]
+    if not done:
+        return None
+    feasible = [r for r in done if r.feasible and all(v <= 0 for v in r.constraints.values())]
+    pool = feasible or done
+    return min(pool, key=lambda r: (r.values, r.trial))

@@ -1,0 +1,205 @@
+"""Results tables (DESIGN §9): ``trials`` and ``groups`` DataFrames, Parquet files, reload.
+
+``trials``: one row per evaluated plan (search trials and baselines), carrying everything
+needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune version.
+``groups``: one row per (plan, hardware, group) with the group's pattern, mode and costs.
+
+Files under ``<out>/<study>/``: ``trials.parquet``, ``groups.parquet``, ``best_plan.json``,
+``summary.json``; each written to a temporary file first and moved into place atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.errors import StorageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from fusiontune.ir.graph import Graph
+    from fusiontune.planner.plan import Plan
+    from fusiontune.search.api import SearchResult
+    from fusiontune.search.driver import TrialRecord
+    from fusiontune.sim.hardware import HardwareConfig
+
+TRIALS_FILE = "trials.parquet"
+GROUPS_FILE = "groups.parquet"
+BEST_PLAN_FILE = "best_plan.json"
+SUMMARY_FILE = "summary.json"
+
+TIMING_COLUMNS = ("eval_s", "worker")
+"""Columns that legitimately differ between two identical runs."""
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What every row of a study shares."""
+
+    study: str
+    model: str
+    graph_hash: str
+    objective: str
+    version: str
+
+
+def trials_frame(
+    records: Sequence[TrialRecord], ctx: RowContext, source: str = "search"
+) -> pd.DataFrame:
+    """One row per record. ``source`` is ``search`` or the baseline's name."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        row: dict[str, Any] = {
+            "study": ctx.study,
+            "trial": r.trial,
+            "source": source,
+            "state": r.state,
+            "model": ctx.model,
+            "graph_hash": ctx.graph_hash,
+            "objective": ctx.objective,
+            "hw_hash": r.hw_hash,
+            "hw_json": r.hw_json,
+            "plan_hash": r.plan_hash,
+            "plan_json": r.plan_json,
+            "n_groups": _n_groups(r.plan_json),
+            "feasible": r.feasible and all(v <= 0 for v in r.constraints.values()),
+            "capacity_ok": r.feasible,
+            "violations": json.dumps(list(r.violations)),
+            "duplicate_of": r.duplicate_of,
+            "error": r.error,
+            "eval_s": r.eval_s,
+            "worker": r.worker,
+            "fusiontune_version": ctx.version,
+        }
+        for i, v in enumerate(r.values):
+            row[f"value_{i}"] = v
+        for k, v in r.metrics.items():
+            if k not in row:
+                row[k] = v
+        for k, v in _knobs(r.hw_json).items():
+            row[f"hw.{k}"] = v
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["verify_error"] = float("nan")
+        frame["verify_passed"] = pd.Series([None] * len(frame), dtype="boolean")
+    return frame
+
+
+def _n_groups(plan_json: str) -> int:
+    return len(json.loads(plan_json)["groups"]) if plan_json else 0
+
+
+def _knobs(hw_json: str) -> dict[str, Any]:
+    if not hw_json:
+        return {}
+    data = json.loads(hw_json)
+    return {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
+
+
+def groups_frame(
+    items: Iterable[tuple[str, str, Plan, Sequence[dict[str, Any]]]],
+    graph: Graph,
+    study: str,
+) -> pd.DataFrame:
+    """One row per group of each distinct (plan hash, hw hash, plan, group metric dicts)."""
+    import pandas as pd
+
+    from fusiontune.planner.candidates import group_pattern
+
+    rows = []
+    for plan_hash, hw_hash, plan, group_metrics in items:
+        for i, (group, gm) in enumerate(zip(plan.groups, group_metrics)):
+            row: dict[str, Any] = {
+                "study": study,
+                "plan_hash": plan_hash,
+                "hw_hash": hw_hash,
+                "group": i,
+                "ops": ",".join(group.ops),
+                "n_ops": len(group.ops),
+                "pattern": group_pattern(graph, group),
+                "mode": group.mode.value,
+            }
+            for k, v in gm.items():
+                if k not in row and k != "ops":
+                    row[k] = v
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def group_metrics_of(graph: Graph, plan: Plan, hw: HardwareConfig) -> list[dict[str, Any]]:
+    """Per-group metric dicts of a plan (re-simulated; group costs are cached)."""
+    from fusiontune.search.backends import _scalars
+    from fusiontune.sim.cost import simulate
+
+    return [_scalars(g.as_dict()) for g in simulate(graph, plan, hw).groups]
+
+
+def hardware_from_json(text: str) -> HardwareConfig:
+    """Rebuild the HardwareConfig stored in a row."""
+    from fusiontune.sim.hardware import HardwareConfig
+
+    data = json.loads(text)
+    from_dict: Callable[[dict[str, Any]], HardwareConfig] | None = getattr(
+        HardwareConfig, "from_dict", None
+    )
+    if from_dict is not None:
+        return from_dict(data)
+    return HardwareConfig(**data)
+
+
+# ---- files -----------------------------------------------------------------------------------
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write a DataFrame to Parquet atomically (temp file + ``os.replace``)."""
+    _atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_text(text: str, path: Path) -> None:
+    """Write a text file atomically."""
+    _atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def load_results(directory: str | Path) -> SearchResult:
+    """Load a finished search from its results folder (``results/<study>``).
+
+    Raises:
+        StorageError: the folder or one of its files is missing.
+    """
+    import pandas as pd
+
+    from fusiontune.planner.plan import Group, Mode, Plan
+    from fusiontune.search.api import SearchResult
+
+    d = Path(directory)
+    for name in (TRIALS_FILE, GROUPS_FILE, BEST_PLAN_FILE, SUMMARY_FILE):
+        if not (d / name).is_file():
+            raise StorageError(f"{d}: missing {name}; is this a fusiontune search results folder?")
+    plan_data = json.loads((d / BEST_PLAN_FILE).read_text())
+    plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
+    return SearchResult(
+        best_plan=plan,
+        trials=pd.read_parquet(d / TRIALS_FILE),
+        groups=pd.read_parquet(d / GROUPS_FILE),
+        summary=json.loads((d / SUMMARY_FILE).read_text()),
+        out_dir=d,
+    )

@@ -1,0 +1,351 @@
+"""Search spaces: which hardware, which knobs, which objective (DESIGN §8).
+
+A search space is a small YAML file. It is validated first (every error names the file, the
+key and what is allowed) and built into a frozen :class:`SearchSpace` second. The default
+space (:data:`DEFAULT_SPACE_YAML`, also shipped as ``search_spaces/default.yaml``) is embedded
+here so ``fusiontune search resnet18`` works with no file at all.
+
+Format::
+
+    hardware: null            # preset name or YAML path; null = the simulator's default preset
+    objective: traffic        # traffic | energy | cycles | edp | multi
+    sampler: tpe              # tpe | random | nsga2 | bruteforce
+    trials: 300
+    max_group_size: 12        # planner rule 8
+    knobs:                    # optional hardware knobs, each a HardwareConfig field
+      buffer_bytes: {low: 65536, high: 4194304, log: true}
+      adc_bits: {choices: [6, 7, 8]}
+    constraints:              # optional caps on numeric Metrics fields (feasible when <= max)
+      energy_pj: {max: 1.0e9}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fusiontune.errors import ConfigError, closest
+
+OBJECTIVES = ("traffic", "energy", "cycles", "edp", "multi")
+"""Objective names; ``multi`` minimises traffic, energy and cycles together."""
+
+SAMPLERS = ("tpe", "random", "nsga2", "bruteforce")
+
+OBJECTIVE_METRICS: Mapping[str, tuple[str, ...]] = {
+    "traffic": ("traffic_bytes",),
+    "energy": ("energy_pj",),
+    "cycles": ("cycles",),
+    "edp": ("energy_pj", "cycles"),  # product: energy-delay product (pJ x cycles)
+    "multi": ("traffic_bytes", "energy_pj", "cycles"),
+}
+"""Metrics fields each objective reads."""
+
+ADDITIVE_OBJECTIVES = ("traffic", "energy", "cycles")
+"""Objectives that are sums of per-group costs (the exact oracle solves these)."""
+
+DEFAULT_TRIALS = 300
+"""Default budget: ResNet-18 on 2 cores finishes in about two minutes (measured, see
+experiments/bench_search.py)."""
+
+DEFAULT_MAX_GROUP_SIZE = 12
+"""Planner rule 8 default (PlannerConfig.max_group_size)."""
+
+DEFAULT_SPACE_YAML = """\
+# fusiontune default search space: fusion decisions only, on the default hardware preset.
+hardware: null          # preset name or YAML path; null = the simulator's default preset
+objective: traffic      # traffic | energy | cycles | edp | multi
+sampler: tpe            # tpe | random | nsga2 | bruteforce
+trials: 300             # about two minutes for resnet18 on 2 cores
+max_group_size: 12      # planner rule 8: largest fusion group considered
+knobs: {}               # hardware knobs to co-search (see codesign.yaml)
+constraints: {}         # caps on Metrics fields, e.g. energy_pj: {max: 1.0e9}
+"""
+
+_TOP_KEYS = (
+    "hardware",
+    "objective",
+    "sampler",
+    "trials",
+    "max_group_size",
+    "knobs",
+    "constraints",
+)
+_KNOB_KEYS = ("low", "high", "step", "log", "choices")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One hardware knob: a HardwareConfig field and the range the sampler may choose from.
+
+    Attributes:
+        name: HardwareConfig field name (also the Optuna parameter ``hw:<name>``).
+        kind: ``int``, ``float`` or ``categorical``.
+        low, high: inclusive bounds (numeric kinds).
+        step: grid step (numeric kinds, optional).
+        log: sample on a log scale (numeric kinds).
+        choices: allowed values (categorical).
+    """
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def param(self) -> str:
+        """Optuna parameter name."""
+        return f"hw:{self.name}"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A cap on a numeric Metrics field: the plan is feasible when ``metric <= max``."""
+
+    metric: str
+    max_value: float
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A validated search space.
+
+    Attributes:
+        hardware: preset name or path of a hardware YAML (``None``: the default preset).
+        objective: one of :data:`OBJECTIVES`.
+        sampler: one of :data:`SAMPLERS`.
+        trials: trial budget.
+        max_group_size: planner rule 8 cap.
+        knobs: hardware knobs to search (empty: fixed hardware).
+        constraints: caps on Metrics fields.
+        source: file the space came from (``<default>`` for the embedded one).
+    """
+
+    hardware: str | None = None
+    objective: str = "traffic"
+    sampler: str = "tpe"
+    trials: int = DEFAULT_TRIALS
+    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    knobs: tuple[Knob, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    source: str = "<default>"
+
+    @property
+    def n_objectives(self) -> int:
+        return 3 if self.objective == "multi" else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (the YAML format), for storing with a study."""
+        knobs: dict[str, Any] = {}
+        for k in self.knobs:
+            if k.kind == "categorical":
+                knobs[k.name] = {"choices": list(k.choices)}
+            else:
+                entry: dict[str, Any] = {"low": k.low, "high": k.high, "log": k.log}
+                if k.step is not None:
+                    entry["step"] = k.step
+                knobs[k.name] = entry
+        return {
+            "hardware": self.hardware,
+            "objective": self.objective,
+            "sampler": self.sampler,
+            "trials": self.trials,
+            "max_group_size": self.max_group_size,
+            "knobs": knobs,
+            "constraints": {c.metric: {"max": c.max_value} for c in self.constraints},
+        }
+
+
+def load_space(path: str | Path | None = None) -> SearchSpace:
+    """Read and validate a search space; ``None`` gives the embedded default.
+
+    Raises:
+        ConfigError: naming the file, the key and the allowed values.
+    """
+    import yaml
+
+    if path is None:
+        return parse_space(yaml.safe_load(DEFAULT_SPACE_YAML), source="<default>")
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: search space file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from exc
+    return parse_space(data, source=str(p))
+
+
+def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
+    """Validate plain data (a parsed YAML mapping) and build a :class:`SearchSpace`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of keys {', '.join(_TOP_KEYS)}")
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ConfigError(
+                f"{source}: unknown key '{key}'{closest(str(key), _TOP_KEYS)}; "
+                f"allowed: {', '.join(_TOP_KEYS)}"
+            )
+    hardware = data.get("hardware")
+    if hardware is not None and not isinstance(hardware, str):
+        raise ConfigError(f"{source}: hardware must be a preset name, a YAML path or null")
+    objective = _choice(data, "objective", OBJECTIVES, "traffic", source)
+    sampler = _choice(data, "sampler", SAMPLERS, "tpe", source)
+    trials = _positive_int(data, "trials", DEFAULT_TRIALS, source)
+    max_group_size = _positive_int(data, "max_group_size", DEFAULT_MAX_GROUP_SIZE, source)
+    knobs = tuple(_parse_knob(name, spec, source) for name, spec in _mapping(data, "knobs", source))
+    constraints = tuple(
+        _parse_constraint(name, spec, source)
+        for name, spec in _mapping(data, "constraints", source)
+    )
+    if hardware is not None and source not in ("<default>", "<space>"):
+        candidate = Path(source).parent / hardware
+        if hardware.endswith((".yaml", ".yml")) and candidate.is_file():
+            hardware = str(candidate)
+    space = SearchSpace(
+        hardware=hardware,
+        objective=objective,
+        sampler=sampler,
+        trials=trials,
+        max_group_size=max_group_size,
+        knobs=knobs,
+        constraints=constraints,
+        source=source,
+    )
+    check_knobs_against_hardware(space)
+    return space
+
+
+def check_knobs_against_hardware(space: SearchSpace) -> None:
+    """Check every knob names a HardwareConfig field (once the simulator is importable)."""
+    if not space.knobs:
+        return
+    import dataclasses
+
+    try:
+        from fusiontune.sim.hardware import HardwareConfig
+    except ModuleNotFoundError:  # simulator not built yet: checked again when evaluating
+        return
+    fields = [f.name for f in dataclasses.fields(HardwareConfig)]
+    for knob in space.knobs:
+        if knob.name not in fields:
+            raise ConfigError(
+                f"{space.source}: knobs.{knob.name} is not a hardware field"
+                f"{closest(knob.name, fields)}; allowed: {', '.join(fields)}"
+            )
+
+
+def with_overrides(
+    space: SearchSpace,
+    *,
+    objective: str | None = None,
+    sampler: str | None = None,
+    trials: int | None = None,
+) -> SearchSpace:
+    """The space with command-line overrides applied (validated like the file)."""
+    import dataclasses
+
+    changes: dict[str, Any] = {}
+    if objective is not None:
+        changes["objective"] = _choice(
+            {"objective": objective}, "objective", OBJECTIVES, "", "--objective"
+        )
+    if sampler is not None:
+        changes["sampler"] = _choice({"sampler": sampler}, "sampler", SAMPLERS, "", "--sampler")
+    if trials is not None:
+        changes["trials"] = _positive_int({"trials": trials}, "trials", 1, "--trials")
+    return dataclasses.replace(space, **changes)
+
+
+# ---- validation helpers ----------------------------------------------------------------------
+def _choice(
+    data: Mapping[str, Any], key: str, allowed: tuple[str, ...], default: str, source: str
+) -> str:
+    value = data.get(key, default)
+    if value not in allowed:
+        raise ConfigError(
+            f"{source}: {key} '{value}' is not allowed{closest(str(value), allowed)}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return str(value)
+
+
+def _positive_int(data: Mapping[str, Any], key: str, default: int, source: str) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{source}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _mapping(data: Mapping[str, Any], key: str, source: str) -> list[tuple[str, Any]]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {key} must be a mapping of name -> spec, got {value!r}")
+    return [(str(k), v) for k, v in value.items()]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_knob(name: str, spec: Any, source: str) -> Knob:
+    where = f"{source}: knobs.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where} must be a mapping with 'choices' or 'low'/'high', got {spec!r}")
+    for key in spec:
+        if key not in _KNOB_KEYS:
+            raise ConfigError(
+                f"{where}: unknown key '{key}'{closest(str(key), _KNOB_KEYS)}; "
+                f"allowed: {', '.join(_KNOB_KEYS)}"
+            )
+    if "choices" in spec:
+        choices = spec["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(f"{where}.choices must be a non-empty list")
+        if any(not isinstance(c, (int, float, str, bool)) or c is None for c in choices):
+            raise ConfigError(f"{where}.choices may hold only numbers, strings or booleans")
+        if len(set(choices)) != len(choices):
+            raise ConfigError(f"{where}.choices has repeated values")
+        if set(spec) - {"choices"}:
+            raise ConfigError(f"{where}: 'choices' cannot be combined with low/high/step/log")
+        return Knob(name, "categorical", choices=tuple(choices))
+    if "low" not in spec or "high" not in spec:
+        raise ConfigError(f"{where} needs 'choices' or both 'low' and 'high'")
+    low, high, step, log = spec["low"], spec["high"], spec.get("step"), spec.get("log", False)
+    if not _number(low) or not _number(high):
+        raise ConfigError(f"{where}: low and high must be numbers, got {low!r} and {high!r}")
+    if low > high:
+        raise ConfigError(f"{where}: low ({low}) must not exceed high ({high})")
+    if not isinstance(log, bool):
+        raise ConfigError(f"{where}.log must be true or false, got {log!r}")
+    if step is not None and (not _number(step) or step <= 0):
+        raise ConfigError(f"{where}.step must be a positive number, got {step!r}")
+    if log and low <= 0:
+        raise ConfigError(f"{where}: log scale needs low > 0, got {low}")
+    if log and step is not None:
+        raise ConfigError(f"{where}: step and log cannot be combined")
+    integral = all(isinstance(v, int) for v in (low, high) + ((step,) if step is not None else ()))
+    return Knob(
+        name,
+        "int" if integral else "float",
+        float(low),
+        float(high),
+        None if step is None else float(step),
+        log,
+    )
+
+
+def _parse_constraint(name: str, spec: Any, source: str) -> Constraint:
+    where = f"{source}: constraints.{name}"
+    if not isinstance(spec, dict) or set(spec) != {"max"} or not _number(spec["max"]):
+        raise ConfigError(f"{where} must be {{max: <number>}}, got {spec!r}")
+    return Constraint(name, float(spec["max"]))

@@ -1,0 +1,419 @@
+"""Hardware description of a CIM accelerator (DESIGN §7) and its YAML presets.
+
+:class:`HardwareConfig` is one frozen parameter table; every field carries its unit in its
+name and its source in the class docstring (``../shared/reference/cim-parameters.md`` lists
+the published values). :func:`load_hardware` reads a preset by name from
+``search_spaces/hardware/<name>.yaml`` or any YAML file, validates every key first (unknown
+key, wrong type, out-of-range or contradictory value -> one :class:`ConfigError` naming the
+file, the key and what is allowed) and builds the typed object second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from fusiontune.errors import ConfigError, closest
+
+KIB = 1024
+
+# Accelergy hwcomponents-library, ISAAC components: 32 nm SAR ADC at 1.2 GS/s (Kull ISSCC'13
+# scaled per Saberi'11), energy per conversion in pJ by resolution in bits.
+ACCELERGY_ADC_PJ_BY_BITS: tuple[tuple[int, float], ...] = (
+    (4, 0.79), (5, 0.99), (6, 1.20), (7, 1.42), (8, 1.67), (9, 1.97), (10, 2.38),
+)  # fmt: skip
+ADC_SAMPLE_RATE_GSPS = 1.2  # same source: the ADC converts 1.2e9 samples per second
+
+# ISAAC (Shafiee et al., ISCA'16): 168 tiles x 12 IMAs x 8 crossbars; 64 KB eDRAM per tile.
+ISAAC_TILES = 168
+ISAAC_CROSSBARS_PER_TILE = 12 * 8
+ISAAC_EDRAM_PER_TILE_BYTES = 64 * KIB
+
+# cim-parameters.md, derived row: PUMAsim 128x128 crossbar power 0.3 mW over a 100 ns read
+# cycle, shared by 16,384 cells -> 0.3e-3 W * 100e-9 s / 16384 = 1.83 fJ per cell operation.
+CROSSBAR_128_POWER_W = 0.3e-3
+CROSSBAR_128_CYCLE_S = 100e-9
+CROSSBAR_128_CELLS = 128 * 128
+PJ_PER_J = 1e12
+CELL_OP_PJ = CROSSBAR_128_POWER_W * CROSSBAR_128_CYCLE_S / CROSSBAR_128_CELLS * PJ_PER_J
+
+# ISAAC components: eDRAM buffer 64 KB, 256-bit port, 20.45 pJ per access.
+EDRAM_ACCESS_PJ = 20.45
+EDRAM_PORT_BITS = 256
+
+# DNN+NeuroSim V2.1 DRAM.cpp: energy per bit and bandwidth by DRAM kind.
+DRAM_KINDS: dict[str, tuple[float, float]] = {
+    "HBM2": (3.9, 15_200.0),  # 3.9 pJ/bit, 15.2 Tbit/s
+    "GDDR5": (14.0, 4_288.0),  # 14 pJ/bit, 4.288 Tbit/s
+}
+DRAM_CUSTOM = "custom"
+
+MAX_INT_BITS = 32
+MAX_CROSSBAR_DIM = 4096
+MAX_CELL_BITS = 8
+MAX_COUNT = 10**9
+MAX_BUFFER_BYTES = 1 << 40
+MAX_ENERGY_PJ = 1e6
+MAX_TIME_NS = 1e9
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    """Parameters of one CIM accelerator; defaults are the ISAAC-like ReRAM chip of DESIGN §7.
+
+    Attributes:
+        name: preset name (not part of :attr:`hash`).
+        crossbar_rows: word lines per crossbar (128; NeuroSim numRowSubArray, MNSIM Xbar_Size).
+        crossbar_cols: bit lines per crossbar (128; same sources).
+        cell_bits: bits stored per cell (2; CiMLoop ISAAC model).
+        weight_bits: weight precision (8; ISAAC); a weight spans ceil(weight_bits/cell_bits)
+            columns.
+        act_bits: activation precision (8; ISAAC). One element is ceil(act_bits/8) bytes.
+        dac_bits: input bits applied per crossbar cycle (1: ISAAC's 1-bit row drivers, bit-serial).
+        adc_bits: ADC resolution (8; ISAAC); selects the energy in ``adc_pj_by_bits``.
+        cols_per_adc: bit lines sharing one ADC (8; NeuroSim numColMuxed).
+        n_crossbars: crossbars on the chip (16,128 = ISAAC's 168 tiles x 12 IMAs x 8 crossbars).
+        buffer_bytes: on-chip activation buffer (168 x 64 KB eDRAM = ISAAC's chip total).
+        adc_pj_by_bits: ADC energy per conversion by resolution (Accelergy ISAAC components).
+        adc_conversion_ns: one conversion at 1.2 GS/s (same source).
+        dac_pj_per_drive: 1-bit row driver energy, 0.417 pJ (Accelergy ISAAC components).
+        cell_op_pj: one cell operation, 1.83 fJ (derived: PUMAsim 0.3 mW x 100 ns / 16384 cells).
+        shift_add_pj: one 16-bit shift-and-add of an ADC result, 0.021 pJ (ISAAC components).
+        digital_op_pj: one element op of a non-crossbar op (8-bit add 0.03 pJ, Horowitz ISSCC'14).
+        digital_ops_per_cycle: element ops the digital units retire per clock (assumed 128: one
+            lane per crossbar column; no published figure in cim-parameters.md).
+        buffer_pj_per_bit: eDRAM buffer access (20.45 pJ per 256-bit access; ISAAC components).
+        dram_kind: "HBM2", "GDDR5" (DNN+NeuroSim DRAM.cpp) or "custom"; a named kind fixes the
+            two DRAM numbers below.
+        dram_pj_per_bit: DRAM access energy (HBM2 3.9 pJ/bit; NeuroSim DRAM.cpp).
+        dram_bandwidth_gbps: DRAM bandwidth in Gbit/s (HBM2 15.2 Tbit/s; same source).
+        crossbar_cycle_ns: one crossbar read (100 ns; PUMAsim xbar latency for ISAAC).
+        clock_ghz: digital clock; ``_cycles`` fields count its cycles (1 GHz; NeuroSim clkFreq).
+        weights_resident: all weights stay programmed in the crossbars (ISAAC: True); when
+            False every weight matrix is loaded from DRAM and programmed once per inference.
+        weight_program_pj_per_cell: programming one cell (assumed 2 pJ: a ReRAM SET/RESET pulse
+            of 2 V x 100 uA x 10 ns; no row in cim-parameters.md).
+    """
+
+    name: str = "isaac_reram"
+    crossbar_rows: int = 128
+    crossbar_cols: int = 128
+    cell_bits: int = 2
+    weight_bits: int = 8
+    act_bits: int = 8
+    dac_bits: int = 1
+    adc_bits: int = 8
+    cols_per_adc: int = 8
+    n_crossbars: int = ISAAC_TILES * ISAAC_CROSSBARS_PER_TILE
+    buffer_bytes: int = ISAAC_TILES * ISAAC_EDRAM_PER_TILE_BYTES
+    adc_pj_by_bits: tuple[tuple[int, float], ...] = ACCELERGY_ADC_PJ_BY_BITS
+    adc_conversion_ns: float = 1.0 / ADC_SAMPLE_RATE_GSPS
+    dac_pj_per_drive: float = 0.417
+    cell_op_pj: float = CELL_OP_PJ
+    shift_add_pj: float = 0.021
+    digital_op_pj: float = 0.03
+    digital_ops_per_cycle: int = 128
+    buffer_pj_per_bit: float = EDRAM_ACCESS_PJ / EDRAM_PORT_BITS
+    dram_kind: str = "HBM2"
+    dram_pj_per_bit: float = DRAM_KINDS["HBM2"][0]
+    dram_bandwidth_gbps: float = DRAM_KINDS["HBM2"][1]
+    crossbar_cycle_ns: float = 100.0
+    clock_ghz: float = 1.0
+    weights_resident: bool = True
+    weight_program_pj_per_cell: float = 2.0
+
+    # ---- derived ----------------------------------------------------------------------
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element (DESIGN §6)."""
+        return math.ceil(self.act_bits / 8)
+
+    @property
+    def weight_slices(self) -> int:
+        """Cell columns per weight (bit slicing)."""
+        return math.ceil(self.weight_bits / self.cell_bits)
+
+    @property
+    def input_slices(self) -> int:
+        """Crossbar cycles per input vector (bit-serial inputs through the DACs)."""
+        return math.ceil(self.act_bits / self.dac_bits)
+
+    @property
+    def adc_pj_per_conversion(self) -> float:
+        return dict(self.adc_pj_by_bits)[self.adc_bits]
+
+    @property
+    def slice_cycles(self) -> int:
+        """Clock cycles per input bit-slice: the crossbar read or the shared ADC, the slower."""
+        slice_ns = max(self.crossbar_cycle_ns, self.cols_per_adc * self.adc_conversion_ns)
+        return math.ceil(slice_ns * self.clock_ghz - 1e-9)
+
+    def weight_bytes(self, n_weights: int) -> int:
+        """Bytes of ``n_weights`` weights at ``weight_bits`` each."""
+        return math.ceil(n_weights * self.weight_bits / 8)
+
+    # ---- (de)serialisation ------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (YAML/JSON friendly); the ADC table becomes ``{bits: pJ}``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["adc_pj_by_bits"] = {int(b): float(e) for b, e in self.adc_pj_by_bits}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "hardware") -> HardwareConfig:
+        """Validate ``data`` (partial: missing keys keep their defaults) and build a config.
+
+        Raises:
+            ConfigError: unknown key, wrong type, out-of-range or contradictory value.
+        """
+        return _build(dict(data), source)
+
+    @cached_property
+    def hash(self) -> str:
+        """First 16 hex digits of the SHA-256 of the parameters (``name`` excluded)."""
+        d = self.to_dict()
+        d.pop("name")
+        d["adc_pj_by_bits"] = sorted(d["adc_pj_by_bits"].items())
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> HardwareConfig:
+        """A validated copy with some fields changed (``overrides`` of :func:`load_hardware`).
+
+        Changing ``dram_kind`` to a named kind takes that kind's DRAM numbers; changing a DRAM
+        number without naming a kind makes the kind ``custom``.
+        """
+        data = self.to_dict()
+        dram_keys = ("dram_pj_per_bit", "dram_bandwidth_gbps")
+        if "dram_kind" in changes:
+            for key in dram_keys:
+                data.pop(key)
+        elif any(key in changes for key in dram_keys):
+            data["dram_kind"] = DRAM_CUSTOM
+        data.update(changes)
+        return _build(data, "overrides")
+
+
+# ---- validation ---------------------------------------------------------------------------
+# key -> (type, low, high); "bits" ranges may depend on other keys (checked afterwards).
+_INT, _FLOAT, _BOOL, _STR = "an int", "a number", "true or false", "a string"
+_RULES: dict[str, tuple[str, float, float]] = {
+    "crossbar_rows": (_INT, 1, MAX_CROSSBAR_DIM),
+    "crossbar_cols": (_INT, 1, MAX_CROSSBAR_DIM),
+    "cell_bits": (_INT, 1, MAX_CELL_BITS),
+    "weight_bits": (_INT, 1, MAX_INT_BITS),
+    "act_bits": (_INT, 1, MAX_INT_BITS),
+    "dac_bits": (_INT, 1, MAX_INT_BITS),
+    "adc_bits": (_INT, 1, MAX_INT_BITS),
+    "cols_per_adc": (_INT, 1, MAX_CROSSBAR_DIM),
+    "n_crossbars": (_INT, 1, MAX_COUNT),
+    "buffer_bytes": (_INT, 1, MAX_BUFFER_BYTES),
+    "adc_conversion_ns": (_FLOAT, 1e-6, MAX_TIME_NS),
+    "dac_pj_per_drive": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "cell_op_pj": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "shift_add_pj": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "digital_op_pj": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "digital_ops_per_cycle": (_INT, 1, MAX_COUNT),
+    "buffer_pj_per_bit": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "dram_pj_per_bit": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "dram_bandwidth_gbps": (_FLOAT, 1e-3, 1e9),
+    "crossbar_cycle_ns": (_FLOAT, 1e-3, MAX_TIME_NS),
+    "clock_ghz": (_FLOAT, 1e-3, 1e3),
+    "weight_program_pj_per_cell": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "weights_resident": (_BOOL, 0, 1),
+    "name": (_STR, 0, 0),
+    "dram_kind": (_STR, 0, 0),
+}
+_KEYS = tuple(f.name for f in fields(HardwareConfig))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _check_scalar(key: str, value: Any, source: str) -> Any:
+    kind, low, high = _RULES[key]
+    ok = {
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+        _BOOL: isinstance(value, bool),
+        _STR: isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise ConfigError(
+            f"{source}: key '{key}' must be {kind}, got {type(value).__name__} {value!r}"
+        )
+    if kind in (_INT, _FLOAT) and not low <= value <= high:
+        raise ConfigError(
+            f"{source}: key '{key}' = {value} is out of range; allowed {_fmt(low)} .. {_fmt(high)}"
+        )
+    return float(value) if kind == _FLOAT else value
+
+
+def _adc_table(value: Any, source: str) -> tuple[tuple[int, float], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    try:
+        table = tuple(sorted((int(b), float(e)) for b, e in items))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{source}: key 'adc_pj_by_bits' must map ADC bits (int) to pJ per conversion "
+            f"(number), got {value!r}"
+        ) from None
+    if not table or any(b < 1 or e < 0 for b, e in table):
+        raise ConfigError(
+            f"{source}: key 'adc_pj_by_bits' needs at least one entry, bits >= 1 and pJ >= 0"
+        )
+    return table
+
+
+def _build(data: dict[str, Any], source: str) -> HardwareConfig:
+    for key in data:
+        if key not in _KEYS:
+            raise ConfigError(
+                f"{source}: unknown key '{key}'{closest(str(key), _KEYS)}; "
+                f"allowed keys: {', '.join(_KEYS)}"
+            )
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "adc_pj_by_bits":
+            values[key] = _adc_table(value, source)
+        else:
+            values[key] = _check_scalar(key, value, source)
+    _resolve_dram(values, data, source)
+    hw = dataclasses.replace(HardwareConfig(), **values)
+    _check_consistent(hw, source)
+    return hw
+
+
+def _resolve_dram(values: dict[str, Any], given: Mapping[str, Any], source: str) -> None:
+    kind = values.get("dram_kind", HardwareConfig.dram_kind)
+    if kind == DRAM_CUSTOM:
+        return
+    if kind not in DRAM_KINDS:
+        allowed = [*DRAM_KINDS, DRAM_CUSTOM]
+        raise ConfigError(
+            f"{source}: key 'dram_kind' = '{kind}' is not one of {', '.join(allowed)}"
+            f"{closest(str(kind), allowed)}"
+        )
+    pj, gbps = DRAM_KINDS[kind]
+    for key, expected in (("dram_pj_per_bit", pj), ("dram_bandwidth_gbps", gbps)):
+        if key in given and "dram_kind" in given and not math.isclose(values[key], expected):
+            raise ConfigError(
+                f"{source}: key '{key}' = {values[key]:g} contradicts dram_kind '{kind}' "
+                f"({expected:g}); set dram_kind: custom to use your own DRAM numbers"
+            )
+        if key not in given or "dram_kind" in given:
+            values[key] = expected
+        elif not math.isclose(values[key], expected):
+            values["dram_kind"] = DRAM_CUSTOM  # numbers changed on a named kind's base
+
+
+def _check_consistent(hw: HardwareConfig, source: str) -> None:
+    if hw.cell_bits > hw.weight_bits:
+        raise ConfigError(
+            f"{source}: key 'cell_bits' = {hw.cell_bits} exceeds weight_bits = {hw.weight_bits}; "
+            f"allowed 1 .. weight_bits"
+        )
+    if hw.dac_bits > hw.act_bits:
+        raise ConfigError(
+            f"{source}: key 'dac_bits' = {hw.dac_bits} exceeds act_bits = {hw.act_bits}; "
+            f"allowed 1 .. act_bits"
+        )
+    if hw.cols_per_adc > hw.crossbar_cols:
+        raise ConfigError(
+            f"{source}: key 'cols_per_adc' = {hw.cols_per_adc} exceeds crossbar_cols = "
+            f"{hw.crossbar_cols}; allowed 1 .. crossbar_cols"
+        )
+    if hw.weight_slices > hw.crossbar_cols:
+        raise ConfigError(
+            f"{source}: key 'weight_bits' = {hw.weight_bits} needs {hw.weight_slices} columns of "
+            f"{hw.cell_bits}-bit cells, more than crossbar_cols = {hw.crossbar_cols}"
+        )
+    table = dict(hw.adc_pj_by_bits)
+    if hw.adc_bits not in table:
+        raise ConfigError(
+            f"{source}: key 'adc_bits' = {hw.adc_bits} has no energy in adc_pj_by_bits; "
+            f"allowed {', '.join(str(b) for b in sorted(table))}"
+        )
+
+
+# ---- presets ------------------------------------------------------------------------------
+def presets_dir() -> Path:
+    """``search_spaces/hardware`` of the repository this package sits in."""
+    return Path(__file__).resolve().parents[2] / "search_spaces" / "hardware"
+
+
+def preset_names() -> tuple[str, ...]:
+    folder = presets_dir()
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml"))) if folder.is_dir() else ()
+
+
+def load_hardware(
+    path_or_preset: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> HardwareConfig:
+    """Load a hardware config from a preset name or a YAML file, then apply ``overrides``.
+
+    Args:
+        path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
+            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``) or a YAML path.
+            A YAML file lists any subset of the fields; the rest keep their defaults.
+        overrides: field values applied on top (validated the same way).
+
+    Raises:
+        ConfigError: the file or preset is missing, is not a YAML mapping, or a key is invalid.
+    """
+    if path_or_preset is None:
+        base = HardwareConfig()
+    else:
+        path = _resolve(path_or_preset)
+        if path is None:
+            base = HardwareConfig()  # the embedded default preset
+        else:
+            data = _read_yaml(path, str(path_or_preset))
+            data.setdefault("name", path.stem)
+            base = _build(data, str(path_or_preset))
+    return base.replace(**overrides) if overrides else base
+
+
+def _resolve(path_or_preset: str | Path) -> Path | None:
+    text = str(path_or_preset)
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in text or "\\" in text:
+        if not path.is_file():
+            raise ConfigError(f"{text}: hardware file not found")
+        return path
+    preset = presets_dir() / f"{text}.yaml"
+    if preset.is_file():
+        return preset
+    if text == HardwareConfig.name:
+        return None
+    names = preset_names()
+    raise ConfigError(
+        f"hardware preset '{text}' not found{closest(text, names)}; "
+        f"presets: {', '.join(names) or '(none installed)'}, or give a YAML file"
+    )
+
+
+def _read_yaml(path: Path, source: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}: not valid YAML{where}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: expected a mapping of hardware keys, got {type(data).__name__}"
+        )
+    return data

@@ -1,0 +1,184 @@
+"""Verify a plan: fused execution against the op-by-op reference, and counted vs analytic bytes.
+
+:func:`verify` runs :func:`fusiontune.sim.execute.execute` and
+:func:`fusiontune.reference.reference_run` on the same seeded inputs and reports, per graph
+output, the max absolute error and the max relative error ``max|a - b| / max|b|``. An output
+passes when ``max|a - b| <= atol + rtol * max|b|``.
+
+Default tolerances:
+
+- ``numerics="float"``: ``rtol = 1e-4``, ``atol = 1e-6``. Folding BN into weights and merging
+  matrices re-associates float32 sums; on the zoo that moves outputs by ~1e-6 relative, a
+  hundred times below the threshold, while a wrong fold or merge moves them by ≥ 1e-2.
+- ``numerics="cim"``: ``rtol = 5e-2``, ``atol = 1e-6``: 8-bit inputs and weights alone give
+  ~1 % (one part in 127 per operand); the report exists to show the number, the threshold only
+  flags a plan whose quantization broke it.
+
+The traffic self-check compares the bytes counted at the instrumented store with
+``simulate(...)``'s analytic activation traffic; they must be equal (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.plan import Plan
+from fusiontune.sim.execute import Execution, execute
+
+FLOAT_RTOL_DEFAULT = 1e-4  # float32 fused vs reference, relative to max|reference|
+CIM_RTOL_DEFAULT = 5e-2  # CIM numerics: 8-bit quantization gives ~1e-2
+ATOL_DEFAULT = 1e-6  # absolute floor for outputs that are (close to) all zero
+
+
+@dataclass(frozen=True)
+class OutputError:
+    """Error of one graph output.
+
+    Attributes:
+        name: graph output name.
+        max_abs_err: ``max|executed - reference|``.
+        max_rel_err: ``max_abs_err / max|reference|`` (``inf`` when the reference is all zero
+            and the error is not).
+        ok: ``max_abs_err <= atol + rtol * max|reference|``.
+    """
+
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :func:`verify`.
+
+    Attributes:
+        graph: graph name.
+        plan_hash: the plan's hash.
+        numerics: ``"float"`` or ``"cim"``.
+        rtol: relative tolerance used.
+        atol: absolute tolerance used.
+        errors: one :class:`OutputError` per graph output.
+        counted_act_bytes: activation bytes counted while executing.
+        analytic_act_bytes: ``simulate(...)``'s activation bytes.
+        traffic_ok: the two byte counts are equal.
+        execution: the :class:`Execution` (outputs and per-group bytes).
+    """
+
+    graph: str
+    plan_hash: str
+    numerics: str
+    rtol: float
+    atol: float
+    errors: tuple[OutputError, ...]
+    counted_act_bytes: int
+    analytic_act_bytes: int
+    traffic_ok: bool
+    execution: Execution
+
+    @property
+    def outputs_ok(self) -> bool:
+        return all(e.ok for e in self.errors)
+
+    @property
+    def passed(self) -> bool:
+        """Outputs within tolerance and traffic self-check equal."""
+        return self.outputs_ok and self.traffic_ok
+
+    @property
+    def max_rel_err(self) -> float:
+        return max((e.max_rel_err for e in self.errors), default=0.0)
+
+    def summary(self) -> str:
+        """One line per output and one for traffic, for the CLI."""
+        lines = [
+            f"verify {self.graph} plan {self.plan_hash} ({self.numerics}, rtol {self.rtol:g}, "
+            f"atol {self.atol:g}): {'PASS' if self.passed else 'FAIL'}"
+        ]
+        for e in self.errors:
+            lines.append(
+                f"  {e.name}: max abs err {e.max_abs_err:.3g}, max rel err {e.max_rel_err:.3g}"
+                f" {'ok' if e.ok else 'FAIL'}"
+            )
+        lines.append(
+            f"  activation traffic: counted {self.counted_act_bytes} B, analytic "
+            f"{self.analytic_act_bytes} B {'equal' if self.traffic_ok else 'DIFFER'}"
+        )
+        return "\n".join(lines)
+
+
+def output_error(
+    name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float
+) -> OutputError:
+    """Compare one output (float64 arithmetic)."""
+    got64 = np.asarray(got, dtype=np.float64)
+    want64 = np.asarray(want, dtype=np.float64)
+    if got64.shape != want64.shape:
+        return OutputError(name, float("inf"), float("inf"), False)
+    diff = np.abs(got64 - want64)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    if not np.all(np.isfinite(got64)):
+        max_abs = float("inf")
+    peak = float(np.abs(want64).max()) if want64.size else 0.0
+    rel = max_abs / peak if peak > 0 else (0.0 if max_abs == 0 else float("inf"))
+    return OutputError(name, max_abs, rel, bool(max_abs <= atol + rtol * peak))
+
+
+def analytic_act_bytes(graph: Graph, plan: Plan, hw: Any = None) -> int:
+    """Activation bytes (reads + writes) of ``plan`` from the analytic cost model."""
+    from fusiontune.sim.cost import simulate
+
+    metrics = simulate(graph, plan, hw)
+    return int(metrics.act_read_bytes) + int(metrics.act_write_bytes)
+
+
+def verify(
+    graph: Graph,
+    plan: Plan,
+    hw: Any = None,
+    numerics: str = "float",
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    check: bool = True,
+) -> VerifyReport:
+    """Execute ``plan`` and compare it with the op-by-op reference on seeded inputs.
+
+    Args:
+        graph: the model.
+        plan: the plan to verify.
+        hw: hardware (act_bits for bytes; bit widths for CIM); DESIGN §7 defaults if None.
+        numerics: ``"float"`` or ``"cim"``.
+        seed: seed of ``random_inputs``.
+        rtol: relative tolerance (module docstring gives the defaults).
+        atol: absolute tolerance (default ``1e-6``).
+        check: run the planner's legality check before executing; ``False`` runs illegal
+            plans, which is how the lecture's traps are shown to fail.
+    """
+    from fusiontune.reference import random_inputs, reference_run
+
+    if rtol is None:
+        rtol = CIM_RTOL_DEFAULT if numerics == "cim" else FLOAT_RTOL_DEFAULT
+    if atol is None:
+        atol = ATOL_DEFAULT
+    inputs = random_inputs(graph, seed)
+    run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check)
+    want = reference_run(graph, inputs)
+    errors = tuple(output_error(t, run.outputs[t], want[t], rtol, atol) for t in graph.outputs)
+    analytic = analytic_act_bytes(graph, plan, hw)
+    return VerifyReport(
+        graph=graph.name,
+        plan_hash=plan.hash,
+        numerics=numerics,
+        rtol=rtol,
+        atol=atol,
+        errors=errors,
+        counted_act_bytes=run.act_traffic_bytes,
+        analytic_act_bytes=analytic,
+        traffic_ok=run.act_traffic_bytes == analytic,
+        execution=run,
+    )

@@ -1,0 +1,723 @@
+"""Reference executor vs onnxruntime, op by op and attribute by attribute.
+
+Every test builds a small graph, exports it with ``to_onnx``, runs onnxruntime (CPU, graph
+optimizations off) and compares it with ``reference_run``.
+
+Tolerance: relative error ``max|ref - ort| / max|ort|`` <= 1e-5 (REL_TOL), float32 on both
+sides; shapes and dtypes must be equal. Where onnxruntime cannot serve as the oracle it is
+said in the test's docstring and an independent float64 numpy formula is used instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fusiontune.errors import FusiontuneError, ShapeError
+from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.ir.builder import GraphBuilder
+from fusiontune.ir.graph import Graph, Op, Tensor
+from fusiontune.ir.shapes import infer_op_shapes
+from fusiontune.reference import KERNELS, random_inputs, reference_run, run_op
+
+REL_TOL = 1e-5  # max|ref - ort| / max|ort|, float32
+F64_TOL = 1e-5  # same metric against a float64 numpy formula
+INT64_MIN = -(2**63)
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def ort_run(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(
+        to_onnx(graph).SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    return dict(zip(graph.outputs, sess.run(list(graph.outputs), feeds)))
+
+
+def rel_err(ref: np.ndarray, want: np.ndarray) -> float:
+    if ref.size == 0:
+        return 0.0
+    diff = np.abs(ref.astype(np.float64) - want.astype(np.float64))
+    scale = float(np.max(np.abs(want.astype(np.float64))))
+    return float(np.max(diff)) / (scale if scale > 0 else 1.0)
+
+
+def check_vs_ort(graph: Graph, feeds: dict[str, np.ndarray] | None = None) -> float:
+    """Assert reference == onnxruntime on every graph output; return the largest error."""
+    feeds = random_inputs(graph, seed=1) if feeds is None else feeds
+    ref = reference_run(graph, feeds)
+    want = ort_run(graph, feeds)
+    worst = 0.0
+    for name in graph.outputs:
+        assert ref[name].shape == want[name].shape, name
+        assert ref[name].dtype == want[name].dtype, (name, ref[name].dtype, want[name].dtype)
+        err = rel_err(ref[name], want[name])
+        assert err <= REL_TOL, f"{name}: relative error {err:.3g} > {REL_TOL}"
+        worst = max(worst, err)
+    return worst
+
+
+@dataclass(frozen=True)
+class A:
+    """An activation input (becomes a graph input fed with ``value``)."""
+
+    value: np.ndarray
+
+
+@dataclass(frozen=True)
+class C:
+    """A constant input (an initializer)."""
+
+    value: Any
+
+
+def single_op(
+    op_type: str,
+    ins: list[A | C | None],
+    attrs: dict[str, Any] | None = None,
+    out_shapes: list[tuple[int, ...]] | None = None,
+    out_dtypes: list[str] | None = None,
+    n_outputs: int = 1,
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A one-op graph; output shapes come from ``infer_op_shapes`` unless given by hand."""
+    tensors: dict[str, Tensor] = {}
+    names: list[str] = []
+    feeds: dict[str, np.ndarray] = {}
+    for i, spec in enumerate(ins):
+        if spec is None:
+            names.append("")
+            continue
+        name = f"in{i}"
+        value = np.asarray(spec.value)
+        const = value if isinstance(spec, C) else None
+        tensors[name] = Tensor(name, value.shape, str(value.dtype), const)
+        if isinstance(spec, A):
+            feeds[name] = value
+        names.append(name)
+    outs = ["y"] + [f"y{i}" for i in range(1, n_outputs)]
+    op = Op("op", op_type, tuple(names), tuple(outs), attrs or {})
+    shapes = out_shapes or infer_op_shapes(op, tensors)
+    dtypes = out_dtypes or ["float32"] * n_outputs
+    for name, shape, dtype in zip(outs, shapes, dtypes):
+        assert shape is not None, f"give the shape of {op_type} by hand"
+        tensors[name] = Tensor(name, tuple(shape), dtype)
+    graph = Graph(op_type, tensors, (op,), tuple(feeds), tuple(outs)).lint()
+    return graph, feeds
+
+
+def rnd(*shape: int, seed: int = 0, positive: bool = False) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return np.abs(x) + np.float32(0.5) if positive else x
+
+
+# ---- Conv ---------------------------------------------------------------------------------
+CONV_CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]] = {
+    "k3_p1": ((1, 4, 8, 8), (6, 4, 3, 3), {"pads": (1, 1, 1, 1)}),
+    "k3_s2_p0": ((1, 4, 9, 9), (6, 4, 3, 3), {"strides": (2, 2)}),
+    "k3_asym_pads": ((1, 3, 7, 8), (5, 3, 3, 3), {"pads": (0, 1, 2, 0)}),
+    "k3_dil2": ((1, 3, 10, 10), (4, 3, 3, 3), {"pads": (2, 2, 2, 2), "dilations": (2, 2)}),
+    "k5_s2_p2_batch2": ((2, 3, 11, 11), (4, 3, 5, 5), {"strides": (2, 2), "pads": (2,) * 4}),
+    "k1x3_rect": ((1, 4, 6, 7), (3, 4, 1, 3), {"strides": (1, 2), "pads": (0, 1, 0, 1)}),
+    "group2": ((1, 4, 6, 6), (6, 2, 3, 3), {"group": 2, "pads": (1,) * 4}),
+    "depthwise": ((1, 8, 7, 7), (8, 1, 3, 3), {"group": 8, "pads": (1,) * 4, "strides": (2, 2)}),
+    "depthwise_x2": ((1, 4, 6, 6), (8, 1, 3, 3), {"group": 4, "pads": (1,) * 4}),
+    "same_upper_s2": ((1, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    "same_lower_s2": ((1, 3, 7, 8), (4, 3, 4, 4), {"auto_pad": "SAME_LOWER", "strides": (2, 2)}),
+    "valid": ((1, 3, 7, 8), (4, 3, 3, 2), {"auto_pad": "VALID"}),
+    "pointwise": ((1, 16, 5, 5), (8, 16, 1, 1), {}),
+    "conv1d": ((2, 3, 12), (4, 3, 3), {"pads": (1, 2), "strides": (2,)}),
+    "conv3d": ((1, 2, 5, 6, 5), (3, 2, 3, 3, 3), {"pads": (1,) * 6}),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv(case: str, bias: bool) -> None:
+    x_shape, w_shape, attrs = CONV_CASES[case]
+    ins: list[A | C | None] = [A(rnd(*x_shape)), C(rnd(*w_shape, seed=1))]
+    if bias:
+        ins.append(C(rnd(w_shape[0], seed=2)))
+    graph, feeds = single_op("Conv", ins, {"kernel_shape": w_shape[2:], **attrs})
+    check_vs_ort(graph, feeds)
+
+
+def test_conv_hand_computed() -> None:
+    """A 1-channel 3x3 input, 2x2 all-ones kernel, stride 1, pads 0: window sums."""
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    graph, feeds = single_op("Conv", [A(x), C(np.ones((1, 1, 2, 2), np.float32))])
+    y = reference_run(graph, feeds)["y"]
+    assert y.tolist() == [[[[8.0, 12.0], [20.0, 24.0]]]]
+
+
+# ---- pooling ------------------------------------------------------------------------------
+POOL_CASES: dict[str, tuple[str, tuple[int, ...], dict[str, Any]]] = {
+    "max_k3_s2_p1": ("MaxPool", (1, 3, 8, 8), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                              "pads": (1,) * 4}),
+    "max_ceil": ("MaxPool", (1, 2, 8, 8), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                          "ceil_mode": 1}),
+    "max_ceil_pads": ("MaxPool", (1, 2, 9, 10), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                "pads": (1, 0, 1, 0), "ceil_mode": 1}),
+    "max_dil2": ("MaxPool", (1, 2, 9, 9), {"kernel_shape": (2, 2), "dilations": (2, 2)}),
+    "max_same_upper": ("MaxPool", (1, 2, 7, 7), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                "auto_pad": "SAME_UPPER"}),
+    "max_1d": ("MaxPool", (2, 3, 11), {"kernel_shape": (3,), "strides": (2,), "pads": (1, 1)}),
+    "avg_k2": ("AveragePool", (1, 3, 8, 8), {"kernel_shape": (2, 2), "strides": (2, 2)}),
+    "avg_pads_exclude": ("AveragePool", (1, 3, 7, 7), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                      "pads": (1,) * 4}),
+    "avg_pads_include": ("AveragePool", (1, 3, 7, 7), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                      "pads": (1,) * 4, "count_include_pad": 1}),
+    "avg_ceil_exclude": ("AveragePool", (1, 2, 8, 8), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                      "ceil_mode": 1}),
+    "avg_ceil_include_pads": ("AveragePool", (1, 2, 8, 9), {
+        "kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 0, 1, 1), "ceil_mode": 1,
+        "count_include_pad": 1}),
+    "avg_same_lower": ("AveragePool", (1, 2, 6, 7), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                    "auto_pad": "SAME_LOWER"}),
+    "avg_dil2": ("AveragePool", (1, 2, 9, 9), {"kernel_shape": (2, 2), "dilations": (2, 2),
+                                              "pads": (1,) * 4}),
+    "lp_p2": ("LpPool", (1, 2, 6, 6), {"kernel_shape": (2, 2), "strides": (2, 2)}),
+    "lp_p3_pads": ("LpPool", (1, 2, 6, 6), {"kernel_shape": (3, 3), "p": 3, "pads": (1,) * 4}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(POOL_CASES))
+def test_pool(case: str) -> None:
+    op_type, shape, attrs = POOL_CASES[case]
+    graph, feeds = single_op(op_type, [A(rnd(*shape))], attrs)
+    check_vs_ort(graph, feeds)
+
+
+def test_ceil_mode_adds_a_window() -> None:
+    """8x8, k3 s2: floor gives 3x3 windows, ceil_mode gives 4x4 (last window clipped)."""
+    floor, _ = single_op(
+        "MaxPool", [A(rnd(1, 1, 8, 8))], {"kernel_shape": (3, 3), "strides": (2, 2)}
+    )
+    ceil, feeds = single_op(
+        "MaxPool", [A(rnd(1, 1, 8, 8))], {"kernel_shape": (3, 3), "strides": (2, 2), "ceil_mode": 1}
+    )
+    assert floor.tensors["y"].shape == (1, 1, 3, 3)
+    y = reference_run(ceil, feeds)["y"]
+    assert y.shape == (1, 1, 4, 4)
+    assert y[0, 0, 3, 3] == feeds["in0"][0, 0, 6:8, 6:8].max()
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 6), (1, 4, 7)])
+def test_global_pool(op_type: str, shape: tuple[int, ...]) -> None:
+    graph, feeds = single_op(op_type, [A(rnd(*shape))])
+    check_vs_ort(graph, feeds)
+
+
+# ---- Gemm and MatMul ----------------------------------------------------------------------
+@pytest.mark.parametrize("trans_a", [0, 1])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("c_shape", [None, (5,), (1, 5), (3, 5), (3, 1)])
+def test_gemm(trans_a: int, trans_b: int, c_shape: tuple[int, ...] | None) -> None:
+    m, k, n = 3, 4, 5
+    a = rnd(*((k, m) if trans_a else (m, k)))
+    b = rnd(*((n, k) if trans_b else (k, n)), seed=1)
+    ins: list[A | C | None] = [A(a), C(b)]
+    if c_shape is not None:
+        ins.append(C(rnd(*c_shape, seed=2)))
+    attrs = {"transA": trans_a, "transB": trans_b, "alpha": 0.5, "beta": 2.0}
+    graph, feeds = single_op("Gemm", ins, attrs)
+    assert graph.tensors["y"].shape == (m, n)
+    check_vs_ort(graph, feeds)
+
+
+MATMUL_CASES = {
+    "2x2": ((3, 4), (4, 5)),
+    "3x2": ((2, 3, 4), (4, 5)),
+    "4x2": ((2, 2, 3, 4), (4, 5)),
+    "bcast_batch": ((2, 1, 3, 4), (5, 4, 6)),
+    "vec_mat": ((4,), (4, 3)),
+    "mat_vec": ((2, 3, 4), (4,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATMUL_CASES))
+@pytest.mark.parametrize("weight_const", [True, False])
+def test_matmul(case: str, weight_const: bool) -> None:
+    a_shape, b_shape = MATMUL_CASES[case]
+    b = rnd(*b_shape, seed=1)
+    graph, feeds = single_op("MatMul", [A(rnd(*a_shape)), C(b) if weight_const else A(b)])
+    check_vs_ort(graph, feeds)
+
+
+# ---- layout -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [((0, -1), (2, 60)), ((-1, 5, 0), (24, 5, 1)), ((2, 3, 0, 4, 5), (2, 3, 1, 4, 5)),
+     ((-1,), (120,))],
+)  # fmt: skip
+def test_reshape(target: tuple[int, ...], expected: tuple[int, ...]) -> None:
+    x = rnd(2, 3, 1, 20)
+    graph, feeds = single_op("Reshape", [A(x), C(np.asarray(target, np.int64))])
+    assert graph.tensors["y"].shape == expected
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize(
+    ("axis", "expected"), [(0, (1, 120)), (1, (2, 60)), (2, (6, 20)), (-1, (24, 5)), (4, (120, 1))]
+)
+def test_flatten(axis: int, expected: tuple[int, int]) -> None:
+    graph, feeds = single_op("Flatten", [A(rnd(2, 3, 4, 5))], {"axis": axis})
+    assert graph.tensors["y"].shape == expected
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize(
+    ("op_type", "shape", "axes"),
+    [("Squeeze", (1, 3, 1, 4), (0, 2)), ("Squeeze", (1, 3, 1, 4), (-2,)),
+     ("Squeeze", (1, 3, 1, 4), None), ("Unsqueeze", (3, 4), (0, -1)),
+     ("Unsqueeze", (3, 4), (1,))],
+)  # fmt: skip
+def test_squeeze_unsqueeze(
+    op_type: str, shape: tuple[int, ...], axes: tuple[int, ...] | None
+) -> None:
+    ins: list[A | C | None] = [A(rnd(*shape))]
+    if axes is not None:
+        ins.append(C(np.asarray(axes, np.int64)))
+    graph, feeds = single_op(op_type, ins)
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize("perm", [None, (0, 2, 3, 1), (3, 1, 0, 2)])
+def test_transpose(perm: tuple[int, ...] | None) -> None:
+    graph, feeds = single_op(
+        "Transpose", [A(rnd(2, 3, 4, 5))], {} if perm is None else {"perm": perm}
+    )
+    check_vs_ort(graph, feeds)
+
+
+# ---- normalizations -----------------------------------------------------------------------
+def bn_params(c: int) -> list[A | C | None]:
+    rng = np.random.default_rng(3)
+    return [C((1 + 0.1 * rng.standard_normal(c)).astype(np.float32)),
+            C((0.1 * rng.standard_normal(c)).astype(np.float32)),
+            C((0.1 * rng.standard_normal(c)).astype(np.float32)),
+            C((0.5 + rng.random(c)).astype(np.float32))]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 5), (4, 6), (2, 3, 7)])
+def test_batchnorm_inference(shape: tuple[int, ...]) -> None:
+    graph, feeds = single_op("BatchNormalization", [A(rnd(*shape)), *bn_params(shape[1])],
+                             {"epsilon": 1e-3})  # fmt: skip
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize("n_outputs", [1, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 5), (8, 4)])
+def test_batchnorm_training(n_outputs: int, shape: tuple[int, ...]) -> None:
+    """training_mode=1 vs a float64 numpy formula, not onnxruntime.
+
+    onnxruntime's CPU (inference) build runs BatchNormalization-15 with training_mode=1 but
+    its output matches neither the ONNX specification nor onnx.reference (max abs diff 0.35
+    on a 2x3x5x5 input), so it cannot be the oracle here. Formula (ONNX spec): batch mean and
+    biased variance over N and the spatial dims; running = input * momentum + batch * (1 -
+    momentum).
+    """
+    x = rnd(*shape) * np.float32(3.0) + np.float32(1.0)
+    params = bn_params(shape[1])
+    attrs = {"training_mode": 1, "momentum": 0.8, "epsilon": 1e-5}
+    graph, feeds = single_op("BatchNormalization", [A(x), *params], attrs, n_outputs=n_outputs)
+    out = reference_run(graph, feeds)
+    scale, bias, mean, var = (np.asarray(p.value, np.float64) for p in params if p is not None)
+    axes = (0, *range(2, len(shape)))
+    x64 = x.astype(np.float64)
+    mu, sigma2 = x64.mean(axis=axes), x64.var(axis=axes)
+    bshape = (1, -1) + (1,) * (len(shape) - 2)
+    want = (x64 - mu.reshape(bshape)) / np.sqrt(sigma2.reshape(bshape) + 1e-5)
+    want = want * scale.reshape(bshape) + bias.reshape(bshape)
+    assert out["y"].dtype == np.float32
+    assert rel_err(out["y"], want) <= F64_TOL
+    assert abs(float(out["y"].mean()) - float(bias.mean())) < 1e-5  # normalized: mean = beta
+    if n_outputs == 3:
+        assert rel_err(out["y1"], mean * 0.8 + mu * 0.2) <= F64_TOL
+        assert rel_err(out["y2"], var * 0.8 + sigma2 * 0.2) <= F64_TOL
+
+
+def test_batchnorm_training_exports_three_outputs() -> None:
+    """A one-output training BN exports with the three outputs ONNX >= 14 requires."""
+    b = GraphBuilder("bn_train")
+    b.bn(b.input("x", (2, 3, 4, 4)), training=True)
+    model = to_onnx(b.build())
+    assert len(model.graph.node[0].output) == 3
+    assert model.graph.node[0].output[0] == "bn"
+
+
+@pytest.mark.parametrize(("axis", "with_bias"), [(-1, True), (-2, True), (1, False), (2, True)])
+def test_layernorm(axis: int, with_bias: bool) -> None:
+    shape = (2, 3, 4, 5)
+    norm_shape = shape[axis % 4 :]
+    ins: list[A | C | None] = [A(rnd(*shape) * 2 + 1), C(rnd(*norm_shape, seed=4))]
+    if with_bias:
+        ins.append(C(rnd(*norm_shape, seed=5)))
+    graph, feeds = single_op("LayerNormalization", ins, {"axis": axis, "epsilon": 1e-5})
+    check_vs_ort(graph, feeds)
+
+
+def test_layernorm_mean_and_inv_std_outputs() -> None:
+    ins: list[A | C | None] = [A(rnd(3, 8) * 2 + 1), C(rnd(8, seed=4)), C(rnd(8, seed=5))]
+    graph, feeds = single_op("LayerNormalization", ins, {"axis": -1}, n_outputs=3)
+    assert graph.tensors["y1"].shape == (3, 1)
+    check_vs_ort(graph, feeds)
+
+
+def test_instance_and_group_norm() -> None:
+    x = rnd(2, 6, 4, 5) * 2 + 1
+    inst, feeds = single_op("InstanceNormalization", [A(x), C(rnd(6, seed=1)), C(rnd(6, seed=2))],
+                            {"epsilon": 1e-5})  # fmt: skip
+    check_vs_ort(inst, feeds)
+    group, feeds = single_op("GroupNormalization", [A(x), C(rnd(6, seed=1)), C(rnd(6, seed=2))],
+                             {"num_groups": 3, "epsilon": 1e-5})  # fmt: skip
+    check_vs_ort(group, feeds)
+
+
+@pytest.mark.parametrize("axis", [-1, 1, 0])
+@pytest.mark.parametrize("p", [1, 2])
+def test_lp_normalization(axis: int, p: int) -> None:
+    graph, feeds = single_op("LpNormalization", [A(rnd(3, 4, 5))], {"axis": axis, "p": p})
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize("op_type", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_softmax(op_type: str, axis: int) -> None:
+    graph, feeds = single_op(op_type, [A(rnd(2, 3, 4) * 5)], {"axis": axis})
+    check_vs_ort(graph, feeds)
+
+
+REDUCE_TYPES = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]  # fmt: skip
+
+
+@pytest.mark.parametrize("op_type", REDUCE_TYPES)
+@pytest.mark.parametrize(("axes", "keepdims"), [((1,), 1), ((0, -1), 0), (None, 1), (None, 0)])
+def test_reduce_axes_input(op_type: str, axes: tuple[int, ...] | None, keepdims: int) -> None:
+    ins: list[A | C | None] = [A(rnd(2, 3, 4, positive=op_type == "ReduceProd"))]
+    if axes is not None:
+        ins.append(C(np.asarray(axes, np.int64)))
+    graph, feeds = single_op(op_type, ins, {"keepdims": keepdims})
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize("op_type", ["ReduceMean", "ReduceSum"])
+def test_reduce_axes_attribute_is_exported_as_input(op_type: str) -> None:
+    """An opset-11-style ``axes`` attribute (as the importer keeps it) exports for opset 21."""
+    graph, feeds = single_op(op_type, [A(rnd(2, 3, 4))], {"axes": (2,), "keepdims": 0})
+    assert graph.tensors["y"].shape == (2, 3)
+    node = to_onnx(graph).graph.node[0]
+    assert [a.name for a in node.attribute] == ["keepdims"]
+    assert len(node.input) == 2
+    check_vs_ort(graph, feeds)
+
+
+def test_reduce_noop_with_empty_axes() -> None:
+    graph, feeds = single_op("ReduceSum", [A(rnd(2, 3))], {"noop_with_empty_axes": 1})
+    out = reference_run(graph, feeds)["y"]
+    np.testing.assert_array_equal(out, feeds["in0"])
+    check_vs_ort(graph, feeds)
+
+
+# ---- element-wise -------------------------------------------------------------------------
+POSITIVE_ONLY = {"Sqrt", "Log"}
+UNARY_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("Relu", {}), ("LeakyRelu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}),
+    ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("HardSwish", {}),
+    ("Tanh", {}), ("Gelu", {}), ("Gelu", {"approximate": "tanh"}), ("Erf", {}), ("Elu", {}),
+    ("Elu", {"alpha": 0.5}), ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 1.1}), ("Celu", {}),
+    ("Celu", {"alpha": 2.0}), ("Softplus", {}), ("Softsign", {}), ("Mish", {}),
+    ("ThresholdedRelu", {}), ("ThresholdedRelu", {"alpha": 0.5}), ("Abs", {}), ("Neg", {}),
+    ("Sqrt", {}), ("Exp", {}), ("Log", {}), ("Reciprocal", {}), ("Sin", {}), ("Cos", {}),
+    ("Floor", {}), ("Ceil", {}), ("Round", {}), ("Sign", {}), ("Identity", {}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("op_type", "attrs"), UNARY_CASES, ids=lambda v: str(v))
+def test_unary(op_type: str, attrs: dict[str, Any]) -> None:
+    x = rnd(2, 3, 4, 5, positive=op_type in POSITIVE_ONLY) * np.float32(3.0)
+    if op_type == "Round":
+        x[0, 0, 0, :4] = [0.5, 1.5, -0.5, 2.5]  # half to even
+    graph, feeds = single_op(op_type, [A(x)], attrs)
+    check_vs_ort(graph, feeds)
+
+
+def test_every_elementwise_class_op_has_a_kernel_and_a_test() -> None:
+    from fusiontune.ir import opclass
+
+    tested = {t for t, _ in UNARY_CASES} | {"Clip", "PRelu", "Pow"}
+    for types in (opclass.ELEMWISE_TYPES, opclass.AFFINE_TYPES, opclass.LINEAR_TYPES,
+                  opclass.ARITH_TYPES, opclass.BINARY_ONLY_TYPES, opclass.WINDOW_TYPES,
+                  opclass.STATS_TYPES, opclass.LAYOUT_TYPES):  # fmt: skip
+        assert set(types) <= set(KERNELS), sorted(set(types) - set(KERNELS))
+    assert tested >= opclass.ELEMWISE_TYPES, sorted(opclass.ELEMWISE_TYPES - tested)
+
+
+@pytest.mark.parametrize(
+    "bounds", [(None, None), (-0.5, None), (None, 0.7), (-0.5, 0.7)], ids=lambda b: str(b)
+)
+def test_clip(bounds: tuple[float | None, float | None]) -> None:
+    ins: list[A | C | None] = [A(rnd(3, 4))]
+    ins += [None if v is None else C(np.asarray(v, np.float32)) for v in bounds]
+    while ins and ins[-1] is None:
+        ins.pop()
+    graph, feeds = single_op("Clip", ins)
+    check_vs_ort(graph, feeds)
+
+
+def test_clip_min_max_attributes() -> None:
+    """Opset-6 Clip attributes are honoured by the reference (onnxruntime needs inputs)."""
+    graph, feeds = single_op("Clip", [A(np.asarray([-2.0, 0.0, 3.0], np.float32))],
+                             {"min": -1.0, "max": 1.0})  # fmt: skip
+    assert reference_run(graph, feeds)["y"].tolist() == [-1.0, 0.0, 1.0]
+
+
+def test_prelu_and_pow() -> None:
+    graph, feeds = single_op("PRelu", [A(rnd(2, 3, 4, 4)), C(rnd(3, 1, 1, seed=1))])
+    check_vs_ort(graph, feeds)
+    graph, feeds = single_op("Pow", [A(rnd(3, 4, positive=True)), C(np.float32(1.7))])
+    check_vs_ort(graph, feeds)
+
+
+@pytest.mark.parametrize("op_type", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"])
+@pytest.mark.parametrize("b_shape", [(3, 1, 1), (1, 4, 5), (2, 3, 4, 5)])
+@pytest.mark.parametrize("b_const", [True, False])
+def test_binary(op_type: str, b_shape: tuple[int, ...], b_const: bool) -> None:
+    b = rnd(*b_shape, seed=1, positive=op_type == "Div")
+    graph, feeds = single_op(op_type, [A(rnd(2, 3, 4, 5)), C(b) if b_const else A(b)])
+    check_vs_ort(graph, feeds)
+
+
+def test_variadic_sum_of_three() -> None:
+    graph, feeds = single_op("Max", [A(rnd(2, 3)), A(rnd(3, seed=1)), C(rnd(2, 1, seed=2))],
+                             out_shapes=[(2, 3)])  # fmt: skip
+    check_vs_ort(graph, feeds)
+
+
+# ---- structural ops -----------------------------------------------------------------------
+I64 = np.int64
+StructuralCase = tuple[str, list[A | C | None], dict[str, Any], list[Any], list[str]]
+STRUCTURAL_CASES: dict[str, StructuralCase] = {
+    # name: (op type, inputs, attrs, output shapes, output dtypes)
+    "concat_axis1": ("Concat", [A(rnd(2, 3, 4)), C(rnd(2, 1, 4, seed=1)), A(rnd(2, 2, 4, seed=2))],
+                     {"axis": 1}, [(2, 6, 4)], ["float32"]),
+    "concat_neg": ("Concat", [A(rnd(2, 3)), A(rnd(2, 5, seed=1))], {"axis": -1}, [(2, 8)],
+                   ["float32"]),
+    "shape": ("Shape", [A(rnd(2, 3, 4))], {}, [(3,)], ["int64"]),
+    "shape_start_end": ("Shape", [A(rnd(2, 3, 4, 5))], {"start": 1, "end": -1}, [(2,)], ["int64"]),
+    "gather_axis0": ("Gather", [A(rnd(5, 3)), C(np.asarray([4, 0, -1], I64))], {}, [(3, 3)],
+                     ["float32"]),
+    "gather_axis1_2d": ("Gather", [A(rnd(2, 5, 3)), C(np.asarray([[0, 1], [-2, 2]], I64))],
+                        {"axis": 1}, [(2, 2, 2, 3)], ["float32"]),
+    "gather_scalar": ("Gather", [A(rnd(4, 3)), C(np.asarray(2, I64))], {}, [(3,)], ["float32"]),
+    "slice_basic": ("Slice", [A(rnd(6, 7)), C(np.asarray([1, 2], I64)),
+                              C(np.asarray([5, -1], I64))], {}, [(4, 4)], ["float32"]),
+    "slice_axes_steps": ("Slice", [A(rnd(6, 7, 8)), C(np.asarray([0, 1], I64)),
+                                   C(np.asarray([8, 7], I64)), C(np.asarray([2, 0], I64)),
+                                   C(np.asarray([3, 2], I64))], {}, [(3, 7, 3)], ["float32"]),
+    "slice_negative_step": ("Slice", [A(rnd(6, 7)), C(np.asarray([-1], I64)),
+                                      C(np.asarray([INT64_MIN], I64)), C(np.asarray([1], I64)),
+                                      C(np.asarray([-2], I64))], {}, [(6, 4)], ["float32"]),
+    "slice_clamped": ("Slice", [A(rnd(6, 7)), C(np.asarray([-100, 3], I64)),
+                                C(np.asarray([100, 1000], I64))], {}, [(6, 4)], ["float32"]),
+    "split_sizes": ("Split", [A(rnd(2, 7)), C(np.asarray([3, 4], I64))], {"axis": 1},
+                    [(2, 3), (2, 4)], ["float32"] * 2),
+    "split_equal": ("Split", [A(rnd(6, 2))], {}, [(2, 2)] * 3, ["float32"] * 3),
+    "split_num_outputs": ("Split", [A(rnd(2, 7))], {"axis": 1, "num_outputs": 3},
+                          [(2, 3), (2, 3), (2, 1)], ["float32"] * 3),
+    "pad_constant": ("Pad", [A(rnd(2, 3, 4)), C(np.asarray([0, 1, 2, 0, 2, 1], I64)),
+                             C(np.asarray(1.5, np.float32))], {}, [(2, 6, 7)], ["float32"]),
+    "pad_reflect": ("Pad", [A(rnd(1, 2, 4, 5)), C(np.asarray([0, 0, 1, 2, 0, 0, 2, 1], I64))],
+                    {"mode": "reflect"}, [(1, 2, 7, 8)], ["float32"]),
+    "pad_edge": ("Pad", [A(rnd(1, 2, 4, 5)), C(np.asarray([0, 0, 1, 2, 0, 0, 2, 1], I64))],
+                 {"mode": "edge"}, [(1, 2, 7, 8)], ["float32"]),
+    "pad_wrap": ("Pad", [A(rnd(1, 2, 4, 5)), C(np.asarray([0, 0, 1, 2, 0, 0, 2, 1], I64))],
+                 {"mode": "wrap"}, [(1, 2, 7, 8)], ["float32"]),
+    "pad_negative_axes": ("Pad", [A(rnd(3, 4, 5)), C(np.asarray([1, -1, 2, -2], I64)), None,
+                                  C(np.asarray([1, 2], I64))], {}, [(3, 7, 2)], ["float32"]),
+    "cast_to_int64": ("Cast", [A(rnd(3, 4) * 4)], {"to": 7}, [(3, 4)], ["int64"]),
+    "cast_to_float16": ("Cast", [A(rnd(3, 4))], {"to": 10}, [(3, 4)], ["float16"]),
+    "expand": ("Expand", [A(rnd(3, 1)), C(np.asarray([2, 1, 4], I64))], {}, [(2, 3, 4)],
+               ["float32"]),
+    "tile": ("Tile", [A(rnd(2, 3)), C(np.asarray([2, 3], I64))], {}, [(4, 9)], ["float32"]),
+    "where": ("Where", [C(rnd(3, 4, seed=3) > 0), A(rnd(3, 4)), A(rnd(1, 4, seed=1))], {},
+              [(3, 4)], ["float32"]),
+    "equal": ("Equal", [A(np.round(rnd(3, 4))), C(np.round(rnd(3, 4, seed=1)))], {}, [(3, 4)],
+              ["bool"]),
+    "greater": ("Greater", [A(rnd(3, 4)), C(rnd(4, seed=1))], {}, [(3, 4)], ["bool"]),
+    "constant_of_shape": ("ConstantOfShape", [C(np.asarray([2, 3], I64))],
+                          {"value": np.asarray([2.5], np.float32)}, [(2, 3)], ["float32"]),
+    "range": ("Range", [C(np.asarray(1.0, np.float32)), C(np.asarray(7.0, np.float32)),
+                        C(np.asarray(1.5, np.float32))], {}, [(4,)], ["float32"]),
+    "argmax": ("ArgMax", [A(rnd(3, 4, 5))], {"axis": 1, "keepdims": 0}, [(3, 5)], ["int64"]),
+    "argmin_last": ("ArgMin", [A(np.round(rnd(3, 4)))], {"axis": -1, "select_last_index": 1},
+                    [(3, 1)], ["int64"]),
+    "dropout": ("Dropout", [A(rnd(3, 4))], {}, [(3, 4)], ["float32"]),
+    "dropout_mask": ("Dropout", [A(rnd(3, 4))], {}, [(3, 4), (3, 4)], ["float32", "bool"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(STRUCTURAL_CASES))
+def test_structural(case: str) -> None:
+    op_type, ins, attrs, shapes, dtypes = STRUCTURAL_CASES[case]
+    graph, feeds = single_op(op_type, ins, attrs, shapes, dtypes, n_outputs=len(shapes))
+    check_vs_ort(graph, feeds)
+
+
+RESIZE_COORD_MODES = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel"]
+
+
+@pytest.mark.parametrize("coord", RESIZE_COORD_MODES)
+@pytest.mark.parametrize(
+    ("mode", "nearest"),
+    [("nearest", "round_prefer_floor"), ("nearest", "round_prefer_ceil"), ("nearest", "floor"),
+     ("nearest", "ceil"), ("linear", "")],
+)  # fmt: skip
+@pytest.mark.parametrize("by", ["scales", "sizes"])
+def test_resize(coord: str, mode: str, nearest: str, by: str) -> None:
+    x = rnd(1, 2, 4, 5)
+    attrs: dict[str, Any] = {"mode": mode, "coordinate_transformation_mode": coord}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    if by == "scales":
+        ins: list[A | C | None] = [A(x), None, C(np.asarray([1, 1, 2.0, 1.5], np.float32))]
+        shape = (1, 2, 8, 7)
+    else:
+        ins = [A(x), None, None, C(np.asarray([1, 2, 7, 3], I64))]
+        shape = (1, 2, 7, 3)
+    graph, feeds = single_op("Resize", ins, attrs, [shape])
+    check_vs_ort(graph, feeds)
+
+
+# ---- multi-op graphs, errors, inputs ------------------------------------------------------
+def small_cnn() -> Graph:
+    b = GraphBuilder("small_cnn", seed=3)
+    x = b.input("x", (1, 3, 12, 12))
+    y = b.relu(b.bn(b.conv(x, 8, 3)))
+    y = b.maxpool(y, 2)
+    r = b.relu(b.bn(b.conv(y, 8, 3)))
+    y = b.add(y, r)
+    y = b.act("HardSwish", b.conv(y, 8, 3, group=8))
+    y = b.flatten(b.global_avgpool(y))
+    b.output(b.gemm(y, 10))
+    return b.build()
+
+
+def test_small_cnn_end_to_end() -> None:
+    graph = small_cnn()
+    err = check_vs_ort(graph)
+    assert err <= REL_TOL
+
+
+def test_keep_intermediates_returns_every_activation() -> None:
+    graph = small_cnn()
+    feeds = random_inputs(graph)
+    everything = reference_run(graph, feeds, keep_intermediates=True)
+    assert list(everything) == list(graph.activation_tensors)
+    for name, value in everything.items():
+        assert value.shape == graph.tensors[name].shape
+    outs = reference_run(graph, feeds)
+    assert list(outs) == list(graph.outputs)
+    np.testing.assert_array_equal(outs[graph.outputs[0]], everything[graph.outputs[0]])
+
+
+def test_run_op_matches_numpy_on_hand_values() -> None:
+    op = Op("g", "Gemm", ("a", "b", "c"), ("y",), {"transB": 1, "alpha": 2.0})
+    a = np.asarray([[1.0, 2.0]], np.float32)
+    b = np.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], np.float32)
+    (y,) = run_op(op, [a, b, np.asarray([1.0, 1.0, 1.0], np.float32)])
+    assert y.tolist() == [[3.0, 5.0, 7.0]]
+
+
+def test_missing_input_names_input_and_shape() -> None:
+    graph = small_cnn()
+    with pytest.raises(
+        FusiontuneError, match=r"input 'x' is missing; expected shape \(1, 3, 12, 12\)"
+    ):
+        reference_run(graph, {})
+
+
+def test_wrong_shape_and_dtype() -> None:
+    graph = small_cnn()
+    with pytest.raises(FusiontuneError, match=r"'x' has shape \(1, 3, 12, 11\).*expected shape"):
+        reference_run(graph, {"x": np.zeros((1, 3, 12, 11), np.float32)})
+    with pytest.raises(FusiontuneError, match=r"'x' .*dtype float64; expected .*dtype float32"):
+        reference_run(graph, {"x": np.zeros((1, 3, 12, 12))})
+    with pytest.raises(FusiontuneError, match=r"'y' is not a graph input"):
+        reference_run(graph, {"x": np.zeros((1, 3, 12, 12), np.float32), "y": np.zeros(1)})
+
+
+def test_op_without_kernel_is_named() -> None:
+    tensors = {"x": Tensor("x", (2, 2)), "y": Tensor("y", (2, 2))}
+    graph = Graph("g", tensors, (Op("mystery", "FancyOp", ("x",), ("y",)),), ("x",), ("y",))
+    with pytest.raises(FusiontuneError, match=r"op 'mystery'.*no kernel for op type 'FancyOp'"):
+        reference_run(graph, random_inputs(graph))
+
+
+def test_shape_disagreement_is_reported() -> None:
+    tensors = {"x": Tensor("x", (2, 3)), "y": Tensor("y", (3, 3))}
+    op = Op("t", "Gather", ("x", "i"), ("y",))
+    tensors["i"] = Tensor("i", (2,), "int64", np.asarray([0, 1], np.int64))
+    graph = Graph("g", tensors, (op,), ("x",), ("y",))
+    with pytest.raises(ShapeError, match=r"op 't' \(Gather\).*\(2, 3\), the graph says \(3, 3\)"):
+        reference_run(graph, random_inputs(graph))
+
+
+def test_random_inputs_are_seeded() -> None:
+    tensors = {"x": Tensor("x", (2, 3)), "ids": Tensor("ids", (4,), "int64"),
+               "y": Tensor("y", (2, 3))}  # fmt: skip
+    graph = Graph("g", tensors, (Op("r", "Relu", ("x",), ("y",)),), ("x", "ids"), ("y",))
+    a, b, c = random_inputs(graph, 0), random_inputs(graph, 0), random_inputs(graph, 1)
+    assert a["x"].dtype == np.float32 and a["x"].shape == (2, 3)
+    assert a["ids"].dtype == np.int64 and a["ids"].min() >= 0
+    np.testing.assert_array_equal(a["x"], b["x"])
+    assert not np.array_equal(a["x"], c["x"])
+
+
+def test_to_onnx_writes_file_and_checks_opset(tmp_path: Any) -> None:
+    import onnx
+
+    b = GraphBuilder("gelu")
+    b.act("Gelu", b.input("x", (2, 3)))
+    graph = b.build()
+    path = tmp_path / "g.onnx"
+    model = to_onnx(graph, path)
+    assert model.opset_import[0].version == 21
+    assert onnx.load(str(path)).graph.node[0].op_type == "Gelu"
+    with pytest.raises(FusiontuneError, match=r"'Gelu'.*opset 18 does not define"):
+        to_onnx(graph, opset=18)
+    with pytest.raises(FusiontuneError, match=r"opset 5 is not supported"):
+        to_onnx(graph, opset=5)
+
+
+def test_to_onnx_attribute_kinds() -> None:
+    """Tuples -> ints/floats, strings, ndarray -> tensor attributes round-trip into ONNX."""
+    import onnx
+
+    graph, _ = single_op("ConstantOfShape", [C(np.asarray([2], I64))],
+                         {"value": np.asarray([1.0], np.float32)}, [(2,)])  # fmt: skip
+    attr = to_onnx(graph).graph.node[0].attribute[0]
+    assert attr.type == onnx.AttributeProto.TENSOR
+    graph, _ = single_op(
+        "MaxPool", [A(rnd(1, 1, 4, 4))], {"kernel_shape": (2, 2), "auto_pad": "VALID"}
+    )
+    attrs = {a.name: a for a in to_onnx(graph).graph.node[0].attribute}
+    assert list(attrs["kernel_shape"].ints) == [2, 2]
+    assert attrs["auto_pad"].s == b"VALID"
+    assert math.isclose(
+        onnx.helper.get_attribute_value(
+            to_onnx(single_op("LeakyRelu", [A(rnd(2))], {"alpha": 0.25})[0])
+            .graph.node[0]
+            .attribute[0]
+        ),
+        0.25,
+    )

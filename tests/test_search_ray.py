@@ -1,0 +1,61 @@
+"""The Ray backend (one shared local Ray, fixture ``ray_local``): same answers as serial, and a
+task whose worker dies becomes failed trials while the search goes on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fusiontune.search.api import search
+from fusiontune.search.backends import EvalTask, RayBackend, SerialBackend
+
+pytestmark = pytest.mark.ray
+
+
+def test_ray_search_finds_the_serial_best(ray_local: None, tmp_path: Path) -> None:
+    serial = search("lenet5", trials=60, seed=0, backend="serial", out=tmp_path / "s")
+    ray_result = search("lenet5", trials=60, seed=0, backend="ray", workers=2, out=tmp_path / "r")
+    rows = ray_result.trials[ray_result.trials["source"] == "search"]
+    assert len(rows) == 60 and rows["trial"].is_unique
+    assert (rows["state"] == "COMPLETE").all()
+    assert rows["worker"].nunique() >= 2  # cache + at least one Ray worker process
+    assert ray_result.best_over_optimum == serial.best_over_optimum == 1.0
+    assert ray_result.summary["best"]["values"] == serial.summary["best"]["values"]
+    if (serial.trials["value_0"] == serial.summary["best"]["values"][0]).sum() == 1:
+        assert ray_result.best_plan == serial.best_plan
+
+
+class _KillsWorker:
+    """Unpickling this on a Ray worker ends the worker process (a crashed evaluation)."""
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return (os._exit, (1,))
+
+
+def test_dead_task_becomes_failed_outcomes(ray_local: None) -> None:
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.planner.baselines import unfused_plan
+    from fusiontune.sim.hardware import HardwareConfig
+
+    graph = load_model("mlp_relu")
+    good = [EvalTask(0, unfused_plan(graph), HardwareConfig())]
+    bad = [EvalTask(1, _KillsWorker(), HardwareConfig())]  # type: ignore[arg-type]
+    backend = RayBackend(workers=2, plans_per_task=1)
+    backend.start(graph)
+    try:
+        backend.submit(bad)
+        backend.submit(good)
+        outcomes = []
+        while len(outcomes) < 2:
+            outcomes += backend.wait()
+    finally:
+        backend.close()
+    by_trial = {o.trial: o for o in outcomes}
+    assert by_trial[1].failed and "ray task failed" in by_trial[1].error
+    assert not by_trial[0].failed
+    serial = SerialBackend()
+    serial.start(graph)
+    serial.submit(good)
+    assert serial.wait()[0].metrics == by_trial[0].metrics
