@@ -101,3 +101,17 @@ def test_invalid_files(tmp_path: Path) -> None:
     floaty.write_text("n_crossbars: 12.5\n")
     with pytest.raises(ConfigError, match=r"f\.yaml: key 'n_crossbars' must be an int, got float"):
         load_hardware(floaty)
+
+
+def test_preset_errors_name_the_preset_file(tmp_path: Path, monkeypatch) -> None:
+    """Presets are found relative to the repository; errors name them that way."""
+    from fusiontune.sim import hardware
+
+    (tmp_path / "broken.yaml").write_text("adc_bits: 11\n")
+    monkeypatch.setattr(hardware, "presets_dir", lambda: tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_hardware("broken")
+    assert str(info.value) == (
+        "search_spaces/hardware/broken.yaml: key 'adc_bits' = 11 has no energy in "
+        "adc_pj_by_bits; allowed 4, 5, 6, 7, 8, 9, 10"
+    )

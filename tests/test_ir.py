@@ -98,9 +98,7 @@ def test_lint_catches_missing_and_overwritten_tensors() -> None:
 def test_lint_reports_shape_errors_naming_the_op() -> None:
     tensors = {"a": t("a", 2, 3), "b": t("b", 4, 5), "y": t("y", 2, 5)}
     graph = Graph("g", tensors, (Op("m", "MatMul", ("a", "b"), ("y",)),), ("a", "b"), ("y",))
-    assert lint_message(graph) == (
-        "graph 'g': op 'm' (MatMul): inner dimensions differ (3 vs 4)"
-    )
+    assert lint_message(graph) == ("graph 'g': op 'm' (MatMul): inner dimensions differ (3 vs 4)")
 
 
 # ---- structural hash ----------------------------------------------------------------------------

@@ -177,6 +177,13 @@ def test_sum_of_two_activations_is_a_residual_add(tmp_path: Path) -> None:
     assert (graph.op("sum").op_type, graph.op("sum").op_class) == ("Add", OpClass.BINARY)
 
 
+@pytest.mark.parametrize("opset", [5, 23])
+def test_opsets_outside_11_21_are_converted(opset: int, tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    graph = load_onnx(save(tmp_path, nodes, [vi("x", (2, 3))], [vi("y", None)], opset=opset))
+    assert [(op.name, op.op_class) for op in graph.ops] == [("relu", OpClass.ELEMWISE)]
+
+
 # ---- (c) real files ------------------------------------------------------------------------------
 def test_real_inception_v1_loads_with_unknown_ops_opaque() -> None:
     """ONNX's own test model (opset 9, converted): LRN is outside our list, Concat opaque."""
@@ -258,6 +265,19 @@ def test_empty_file(tmp_path: Path) -> None:
         load_onnx(path)
 
 
+def test_external_data_is_read_and_its_absence_reported(tmp_path: Path) -> None:
+    w = np.arange(20, dtype=np.float32).reshape(4, 5)
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=1)]
+    graph = helper.make_graph(nodes, "g", [vi("x", (2, 5))], [vi("y", None)], [init("w", w)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="ext.bin", size_threshold=0)
+    np.testing.assert_array_equal(load_onnx(path).tensors["w"].value, w)
+    (tmp_path / "ext.bin").unlink()
+    with pytest.raises(ModelLoadError, match=r"ext\.onnx: cannot read external tensor data"):
+        load_onnx(path)
+
+
 def test_dynamic_dimension_needs_input_shapes(tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
     path = save(tmp_path, nodes, [vi("x", ("batch", 3, 8, 8))], [vi("y", None)])
@@ -318,6 +338,50 @@ def test_uninferable_custom_op_names_the_op(tmp_path: Path) -> None:
         load_onnx(path)
 
 
+def test_data_dependent_reshape_is_refused(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+    inputs = [vi("x", (2, 6)), vi("s", (2,), TensorProto.INT64)]
+    path = save(tmp_path, nodes, inputs, [vi("y", None)])
+    with pytest.raises(ModelLoadError) as info:
+        load_onnx(path)
+    assert str(info.value) == f"{path}: op 'reshape' (Reshape): the shape input must be a constant"
+
+
+def test_output_dtypes(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p", "idx"], name="pool", kernel_shape=[2]),
+        helper.make_node("Cast", ["p"], ["c"], name="cast", to=TensorProto.INT32),
+        helper.make_node("Dropout", ["p"], ["d", "mask"], name="drop"),
+        helper.make_node("ArgMax", ["x"], ["am"], name="argmax", axis=2),
+    ]
+    outs = [vi(n, None) for n in ("idx", "c", "mask", "am", "d")]
+    with pytest.warns(UserWarning, match=r"OPAQUE: ArgMax \(1\)$"):
+        graph = load_onnx(save(tmp_path, nodes, [vi("x", (1, 2, 6))], outs))
+    dtypes = {n: graph.tensors[n].dtype for n in ("p", "idx", "c", "d", "mask", "am")}
+    assert dtypes == {
+        "p": "float32", "idx": "int64", "c": "int32", "d": "float32", "mask": "bool",
+        "am": "int64",
+    }  # fmt: skip
+    assert graph.tensors["am"].shape == (1, 2, 1)
+
+
+@pytest.mark.parametrize("name", ["lenet5", "resnet18", "mobilenet_v2", "bert_encoder"])
+def test_zoo_export_import_round_trip_keeps_the_hash(name: str, tmp_path: Path) -> None:
+    """load_model(zoo name) and load_model(its to_onnx export) give the very same Graph."""
+    from fusiontune.frontend.onnx_export import to_onnx
+
+    graph = load_model(name) if name == "bert_encoder" else load_model(name, input_size=32)
+    path = tmp_path / f"{name}.onnx"
+    to_onnx(graph, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every zoo op is known
+        loaded = load_model(path)
+    assert [(op.name, op.op_type, op.op_class) for op in loaded.ops] == [
+        (op.name, op.op_type, op.op_class) for op in graph.ops
+    ]
+    assert loaded.structural_hash == graph.structural_hash
+
+
 # ---- loader ------------------------------------------------------------------------------------
 def test_load_model_dispatches_files(tmp_path: Path) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
@@ -327,12 +391,14 @@ def test_load_model_dispatches_files(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"missing\.onnx: no such file$"):
         load_model(tmp_path / "missing.onnx")
     with pytest.raises(ModelLoadError, match=r"options \['input_size'\] apply to zoo models only"):
-        load_model(path, input_size=32)
+        load_model(path, input_size=32, batch=None)
+    assert load_model(path, input_size=None).structural_hash == load_model(path).structural_hash
 
 
 def test_load_model_zoo_name() -> None:
-    graph = load_model("lenet5")
+    graph = load_model("lenet5", input_size=None, batch=2)
     assert graph.name == "lenet5"
+    assert graph.tensors[graph.inputs[0]].shape[0] == 2
     with pytest.raises(ModelLoadError, match="did you mean 'resnet18'"):
         load_model("resnet81")
     with pytest.raises(ModelLoadError, match="input_shapes applies to ONNX files"):

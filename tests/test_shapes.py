@@ -37,7 +37,8 @@ class Case:
     opset: int = 17
     expect: tuple[int, ...] | None = None  # hand-computed first output shape
     # onnx.shape_inference 1.23 keeps a ceil_mode window that starts in the right padding,
-    # which the ONNX spec and onnxruntime drop: such cases are checked against onnxruntime
+    # which the ONNX spec and onnxruntime drop, and gives GroupNormalization no shape: such
+    # cases are checked against onnxruntime
     oracle: str = "onnx"
 
 
@@ -162,6 +163,25 @@ CASES = [
     Case("where", "Where", [np.ones((1, 4), dtype=bool), (3, 1), f32(4)], expect=(3, 4)),
     Case("dropout_mask", "Dropout", [(2, 3)], n_out=2, expect=(2, 3)),
     Case("cast", "Cast", [(2, 3)], {"to": TensorProto.INT64}, expect=(2, 3)),
+    Case("sub_div_max", "Max", [(2, 1, 4), f32(3, 1), (4,)], expect=(2, 3, 4)),
+    Case("sum3", "Sum", [(2, 1), (1, 3), f32(3)], expect=(2, 3)),
+    Case("div", "Div", [f32(1, 3, 1, 1), X4], expect=X4),
+    Case("prelu", "PRelu", [X4, f32(3, 1, 1)], expect=X4),
+    Case("pow_const", "Pow", [X4, np.array(2.0, np.float32)], expect=X4),
+    Case("clip_inputs", "Clip", [X4, np.array(0, np.float32), np.array(6, np.float32)],
+         expect=X4),
+    Case("gelu_opset20", "Gelu", [(2, 3)], {"approximate": "tanh"}, opset=20, expect=(2, 3)),
+    Case("hardswish", "HardSwish", [(2, 3)], expect=(2, 3)),
+    Case("identity", "Identity", [(2, 3)], expect=(2, 3)),
+    Case("instancenorm", "InstanceNormalization", [X4, f32(3), f32(3)], expect=X4),
+    Case("groupnorm_opset21", "GroupNormalization", [(1, 4, 3, 3), f32(4), f32(4)],
+         {"num_groups": 2}, opset=21, expect=(1, 4, 3, 3), oracle="onnxruntime"),
+    Case("lppool", "LpPool", [X4], {"kernel_shape": [2, 2], "strides": [2, 2], "p": 2},
+         expect=(1, 3, 4, 4)),
+    Case("logsoftmax", "LogSoftmax", [(2, 5)], expect=(2, 5)),
+    Case("reducel2_opset18", "ReduceL2", [(2, 3, 4), i64(-1)], opset=18, expect=(2, 3, 1)),
+    Case("shape_start_end", "Shape", [(2, 3, 4, 5)], {"start": 1, "end": -1}, opset=15,
+         expect=(2,)),
     # ---- data movement ----------------------------------------------------------------------
     Case("concat_axis1", "Concat", [(1, 2, 4), (1, 3, 4)], {"axis": 1}, expect=(1, 5, 4)),
     Case("concat_axis_neg", "Concat", [(1, 2, 4), f32(1, 2, 1)], {"axis": -1}, expect=(1, 2, 5)),
@@ -232,6 +252,7 @@ def onnx_shapes(model: onnx.ModelProto, oracle: str = "onnx") -> list[tuple[int,
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     shapes = []
     for value in inferred.graph.output:
+        assert value.type.tensor_type.HasField("shape"), f"ONNX gave {value.name} no shape"
         dims = value.type.tensor_type.shape.dim
         assert all(d.HasField("dim_value") for d in dims), f"ONNX left {value.name} dynamic"
         shapes.append(tuple(d.dim_value for d in dims))

@@ -259,3 +259,65 @@ def test_totals_are_sums_of_groups_and_cache_is_consistent(resblock: Graph) -> N
     row = cold.as_dict()
     assert row["n_groups"] == 2 and row["violations"] == "" and "groups" not in row
     assert cold.group_rows()[1]["ops"] == "conv_b+add+relu_out"
+
+
+def test_cli_simulate_json_and_text(tmp_path, capsys) -> None:
+    """`fusiontune simulate` on the zoo's lenet5: JSON totals agree with simulate()."""
+    import json
+
+    from fusiontune.cli.main import main
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.planner.baselines import unfused_plan
+
+    assert main(["simulate", "lenet5", "--plan", "unfused", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    graph = load_model("lenet5")
+    want = simulate(graph, unfused_plan(graph), HW)
+    assert report["totals"]["traffic_bytes"] == want.traffic_bytes
+    assert len(report["groups"]) == want.n_groups == len(graph.ops)
+    assert report["savings_vs_unfused_pct"]["traffic_bytes"] == 0.0
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(unfused_plan(graph).to_json())
+    assert main(["simulate", "lenet5", "--plan", str(plan_file), "--hw", "sram_edge"]) == 0
+    text = capsys.readouterr().out
+    from fusiontune.sim.hardware import load_hardware
+
+    edge = simulate(graph, unfused_plan(graph), load_hardware("sram_edge"))
+    assert edge.weight_load_bytes > 0  # sram_edge programs its weights from DRAM
+    assert "hardware sram_edge" in text and f"weights {edge.weight_load_bytes:,} B" in text
+    assert sum(line.split()[1:2] == ["single"] for line in text.splitlines()) == len(graph.ops)
+    assert main(["simulate", "lenet5", "--hw", "nope"]) == 2
+    assert "hardware preset 'nope' not found" in capsys.readouterr().err
+
+
+def test_unused_optional_outputs_cost_nothing() -> None:
+    b = GraphBuilder("pool_indices")
+    x = b.input("x", (1, 4, 4, 4))
+    attrs = {"kernel_shape": (2, 2), "strides": (2, 2)}
+    y = b.op("MaxPool", [x], attrs, name="pool", n_outputs=2)  # Indices output never read
+    b.relu(y, name="relu")
+    g = b.build()
+    m = simulate(g, plan_of(("pool",), ("relu",)), HW)
+    # pool reads x (64 B) and writes 16 B; relu reads 16 B, writes 16 B; indices: nothing
+    assert (m.act_read_bytes, m.act_write_bytes) == (64 + 16, 16 + 16)
+
+
+@pytest.mark.parametrize("model", ["lenet5", "mlp_relu", "mlp_bottleneck", "mlp_wide"])
+def test_every_legal_plan_lies_between_bound_and_unfused(model: str) -> None:
+    """All legal plans of small zoo models: lower bound <= traffic, and activation traffic
+    <= unfused. (Total traffic may exceed unfused: merging a bottleneck 1024->64->1024
+    programs a 1024x1024 matrix instead of two 64x1024 ones when weights are loaded.)"""
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.planner.baselines import unfused_plan
+    from fusiontune.planner.enumerate import count_plans, enumerate_plans
+
+    graph = load_model(model)
+    for hw in (HW, HW.replace(weights_resident=False)):
+        worst = simulate(graph, unfused_plan(graph), hw).act_traffic_bytes
+        seen = 0
+        for plan in enumerate_plans(graph):
+            m = simulate(graph, plan, hw)
+            assert m.lower_bound_bytes <= m.traffic_bytes, plan.to_json()
+            assert m.act_traffic_bytes <= worst, plan.to_json()
+            seen += 1
+        assert seen == count_plans(graph)

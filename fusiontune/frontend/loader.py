@@ -26,17 +26,19 @@ def load_model(
     Args:
         path_or_name: ``"model.onnx"`` or a zoo name such as ``"resnet18"``.
         input_shapes: static input shapes for an ONNX file (``{"x": (1, 3, 224, 224)}``).
-        **zoo_kwargs: ``input_size``, ``batch``, ``seed`` for zoo models.
+        **zoo_kwargs: ``input_size``, ``batch``, ``seed`` for zoo models; ``None`` values
+            count as not given (so a CLI can pass its defaults through).
 
     Raises:
         ModelLoadError: the file cannot be read, the zoo name is unknown, or options were
             given that the chosen front end does not take.
     """
     text = str(path_or_name)
-    if isinstance(path_or_name, Path) or Path(text).exists() or text.lower().endswith(ONNX_SUFFIX):
-        if zoo_kwargs:
+    given = {k: v for k, v in zoo_kwargs.items() if v is not None}  # None means "not set"
+    if isinstance(path_or_name, Path) or Path(text).is_file() or text.lower().endswith(ONNX_SUFFIX):
+        if given:
             raise ModelLoadError(
-                f"{text}: options {sorted(zoo_kwargs)} apply to zoo models only; "
+                f"{text}: options {sorted(given)} apply to zoo models only; "
                 "an ONNX file takes input_shapes"
             )
         from fusiontune.frontend.onnx_import import load_onnx
@@ -49,7 +51,7 @@ def load_model(
         )
     from fusiontune.frontend.zoo import build_zoo
 
-    return build_zoo(text, **zoo_kwargs)
+    return build_zoo(text, **given)
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:

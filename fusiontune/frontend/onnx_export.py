@@ -8,7 +8,6 @@ target opset, so a graph imported from an old model exports to a new one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,8 @@ MIN_OPSET = 13  # Reduce/Squeeze/Unsqueeze/Split operand forms below are written
 
 BN_TRAINING_OUTPUTS = 3  # Y, running_mean, running_var (onnx.ai BatchNormalization-15)
 
+CUSTOM_DOMAIN_VERSION = 1  # opset version declared for any non-default op domain
+_DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 SPLIT_NUM_OUTPUTS_SINCE = 18  # Split-18 needs the 'split' input or 'num_outputs'
 
 _REDUCE_AXES_INPUT_SINCE_18 = (
@@ -57,52 +58,68 @@ def to_onnx(
         The model, which passes ``onnx.checker.check_model``.
 
     Raises:
-        FusiontuneError: the opset is out of range, an op does not exist at that opset, or an
-            operand that must be constant for the conversion is not.
+        FusiontuneError: the opset is out of range, an op does not exist at that opset, an
+            operand that must be constant for the conversion is not, the model fails the
+            ONNX checker, or ``path`` cannot be written.
     """
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     latest = onnx.defs.onnx_opset_version()
     if not MIN_OPSET <= opset <= latest:
         raise FusiontuneError(
             f"to_onnx: opset {opset} is not supported; allowed: {MIN_OPSET}..{latest}"
         )
-    initializers = [
-        numpy_helper.from_array(np.asarray(t.value), name)
-        for name, t in graph.tensors.items()
-        if t.value is not None
-    ]
-    nodes = []
+    model = onnx.ModelProto()
+    model.producer_name = "fusiontune"
+    opsets = [helper.make_opsetid("", opset)]
+    custom = sorted({op.domain for op in graph.ops} - _DEFAULT_DOMAINS)
+    opsets += [helper.make_opsetid(d, CUSTOM_DOMAIN_VERSION) for d in custom]
+    model.ir_version = helper.find_min_ir_version_for(opsets[:1])
+    model.opset_import.extend(opsets)
+    # fill the model's graph in place: weights are copied once (make_graph and make_model
+    # would copy every initializer twice more, seconds for VGG's fully connected layers)
+    out = model.graph
+    out.name = graph.name
+    for name, t in graph.tensors.items():
+        if t.value is not None:
+            _fill_tensor(out.initializer.add(), name, np.asarray(t.value))
     for op in graph.ops:
         inputs, attrs, extra = _operands_for_opset(op, graph, opset)
-        initializers.extend(numpy_helper.from_array(v, n) for n, v in extra.items())
+        for name, value in extra.items():
+            _fill_tensor(out.initializer.add(), name, value)
         _check_schema(op, opset)
-        nodes.append(
-            helper.make_node(
-                op.op_type, inputs, _outputs(op), name=op.name, domain=op.domain or None,
-                **{k: _attr_value(op, k, v) for k, v in attrs.items()},
-            )
-        )  # fmt: skip
-    onnx_graph = helper.make_graph(
-        nodes,
-        graph.name,
-        [_value_info(graph.tensors[n]) for n in graph.inputs],
-        [_value_info(graph.tensors[n]) for n in graph.outputs],
-        initializer=initializers,
-    )
-    opsets = [helper.make_opsetid("", opset)]
-    opsets += [helper.make_opsetid(d, 1) for d in sorted({op.domain for op in graph.ops} - {""})]
-    model = helper.make_model(
-        onnx_graph,
-        opset_imports=opsets,
-        producer_name="fusiontune",
-        ir_version=helper.find_min_ir_version_for(opsets[:1]),
-    )
-    onnx.checker.check_model(model)
+        domain = None if op.domain in _DEFAULT_DOMAINS else op.domain
+        node = helper.make_node(op.op_type, inputs, _outputs(op), name=op.name, domain=domain)
+        node.attribute.extend(_attribute(op, k, v) for k, v in sorted(attrs.items()))
+        out.node.append(node)
+    out.input.extend(_value_info(graph.tensors[n]) for n in graph.inputs)
+    out.output.extend(_value_info(graph.tensors[n]) for n in graph.outputs)
+    data = model.SerializeToString()  # once, for the checker and the file
+    try:
+        onnx.checker.check_model(data)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FusiontuneError(f"to_onnx: graph '{graph.name}' is not valid ONNX: {first}") from None
     if path is not None:
-        onnx.save(model, str(path))
+        try:
+            Path(path).write_bytes(data)
+        except OSError as exc:
+            raise FusiontuneError(f"to_onnx: cannot write '{path}': {exc.strerror}") from None
     return model
+
+
+def _fill_tensor(proto: onnx.TensorProto, name: str, value: np.ndarray) -> None:
+    """Write ``value`` into an empty TensorProto (raw little-endian bytes for numbers)."""
+    from onnx import helper, numpy_helper
+
+    if value.dtype.kind not in "biuf":
+        proto.CopyFrom(numpy_helper.from_array(value, name))
+        return
+    proto.name = name
+    proto.data_type = helper.np_dtype_to_tensor_dtype(value.dtype)
+    proto.dims.extend(value.shape)
+    proto.raw_data = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<")).tobytes()
 
 
 def _value_info(t: Tensor) -> onnx.ValueInfoProto:
@@ -115,7 +132,7 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
 def _check_schema(op: Op, opset: int) -> None:
     import onnx
 
-    if op.domain not in ("", "ai.onnx"):
+    if op.domain not in _DEFAULT_DOMAINS:
         return
     try:
         onnx.defs.get_schema(op.op_type, opset, "")
@@ -132,7 +149,7 @@ def _operands_for_opset(
     """Inputs, attributes and new initializers of ``op`` in the form ``opset`` expects."""
     inputs, attrs = list(op.inputs), dict(op.attrs)
     extra: dict[str, np.ndarray] = {}
-    default_domain = op.domain in ("", "ai.onnx")
+    default_domain = op.domain in _DEFAULT_DOMAINS
     if default_domain and op.op_type == "Split" and opset >= SPLIT_NUM_OUTPUTS_SINCE:
         has_split = "split" in attrs or (len(inputs) > 1 and bool(inputs[1]))
         if not has_split and "num_outputs" not in attrs:
@@ -174,33 +191,39 @@ def _trim(inputs: list[str]) -> list[str]:
     return inputs
 
 
-def _attr_value(op: Op, key: str, value: Any) -> Any:
-    """One IR attribute value as something ``onnx.helper.make_attribute`` accepts."""
-    from onnx import numpy_helper
+def _attribute(op: Op, key: str, value: Any) -> onnx.AttributeProto:
+    """One IR attribute as an ONNX attribute.
 
+    ndarrays become TENSOR, tuples of ints/floats/strings become INTS/FLOATS/STRINGS (an
+    empty tuple becomes an empty INTS), scalars INT/FLOAT/STRING. Serialized subgraphs
+    (bytes) are not supported.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if isinstance(value, bytes):
+        raise FusiontuneError(
+            f"to_onnx: op '{op.name}' ({op.op_type}) attribute '{key}' holds bytes (a "
+            "subgraph?); only ints, floats, strings, their tuples and ndarrays are exported"
+        )
     if isinstance(value, np.ndarray):
-        return numpy_helper.from_array(value, f"{op.name}.{key}")
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, np.integer):
+        return helper.make_attribute(key, numpy_helper.from_array(value, f"{op.name}.{key}"))
+    if isinstance(value, (tuple, list)):
+        if not value:
+            return helper.make_attribute(key, [], attr_type=onnx.AttributeProto.INTS)
+        if all(isinstance(v, np.ndarray) for v in value):
+            return helper.make_attribute(
+                key,
+                [numpy_helper.from_array(v, f"{op.name}.{key}{i}") for i, v in enumerate(value)],
+            )
+        return helper.make_attribute(key, [_scalar(v) for v in value])
+    return helper.make_attribute(key, _scalar(value))
+
+
+def _scalar(value: Any) -> Any:
+    """numpy scalars and bools as the Python int/float make_attribute expects."""
+    if isinstance(value, (bool, np.bool_, np.integer)):
         return int(value)
     if isinstance(value, np.floating):
         return float(value)
-    if isinstance(value, (tuple, list)):
-        items = [_SCALAR.get(type(v), lambda v: v)(v) for v in value]
-        if not items:
-            raise FusiontuneError(
-                f"to_onnx: op '{op.name}' attribute '{key}' is an empty list; ONNX needs a type"
-            )
-        return items
     return value
-
-
-_SCALAR: Mapping[type, Callable[[Any], Any]] = {
-    np.int64: int,
-    np.int32: int,
-    np.float32: float,
-    np.float64: float,
-    bool: int,
-    np.bool_: int,
-}

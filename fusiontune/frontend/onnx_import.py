@@ -9,7 +9,8 @@ The pipeline, top to bottom:
    tensors, nodes whose inputs are all constant (and ``Shape``/``Size`` of a static tensor)
    are folded, every other node becomes an :class:`~fusiontune.ir.graph.Op` whose output
    shapes come from :func:`~fusiontune.ir.shapes.infer_op_shapes`, or from
-   ``onnx.shape_inference`` for the ops it does not know;
+   ``onnx.shape_inference`` for the ops it does not know (a two-input ``Sum`` becomes the
+   equivalent ``Add``, so residual sums are BINARY);
 5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
 
 Activations are float32: a float graph input of another dtype is rejected (no silent cast).
@@ -60,6 +61,7 @@ NONDETERMINISTIC_TYPES = frozenset(
 """Never constant-folded: their value changes from run to run."""
 
 ACTIVATION_DTYPE = "float32"
+_INDEX_OUTPUTS = {("MaxPool", 1): "int64", ("Dropout", 1): "bool"}  # ONNX output types
 _MODEL_PROTO_FIRST_TAG = 0x08  # (field 1 << 3) | varint wire type, per the protobuf encoding
 _FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
 
@@ -155,13 +157,13 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     if attr.type == kind.INT:
         return int(attr.i)
     if attr.type == kind.FLOAT:
-        return float(attr.f)
+        return _short_float(attr.f)
     if attr.type == kind.STRING:
         return attr.s.decode("utf-8", "replace")
     if attr.type == kind.INTS:
         return tuple(int(v) for v in attr.ints)
     if attr.type == kind.FLOATS:
-        return tuple(float(v) for v in attr.floats)
+        return tuple(_short_float(v) for v in attr.floats)
     if attr.type == kind.STRINGS:
         return tuple(s.decode("utf-8", "replace") for s in attr.strings)
     if attr.type == kind.TENSOR:
@@ -173,6 +175,15 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
     if attr.type == kind.GRAPHS:
         return tuple(g.SerializeToString(deterministic=True) for g in attr.graphs)
     return onnx.helper.get_attribute_value(attr).SerializeToString(deterministic=True)
+
+
+def _short_float(value: float) -> float:
+    """The shortest decimal that is the same float32 (ONNX stores float attributes as float32).
+
+    ``epsilon=1e-5`` written to ONNX reads back as 9.99999974e-06; this returns 1e-05 again,
+    so a zoo graph exported with ``to_onnx`` and imported keeps its structural hash.
+    """
+    return float(str(np.float32(value)))
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -207,7 +218,7 @@ def _constant_node_value(node: onnx.NodeProto) -> np.ndarray:
     raise ValueError(f"Constant attribute '{attr.name}' is not supported")
 
 
-def _topological(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int] | None:
+def _topological(nodes: Sequence[onnx.NodeProto]) -> list[int] | None:
     """Node indices in a stable topological order; ``None`` when the nodes hold a cycle."""
     produced_by: dict[str, int] = {}
     for i, node in enumerate(nodes):
@@ -270,7 +281,7 @@ class _Importer:
             self.constants[init.name] = numpy_helper.to_array(init)
         self._read_inputs()
         nodes = list(graph.node)
-        order = _topological(nodes, set(self.constants) | set(self.inputs))
+        order = _topological(nodes)
         if order is None:
             raise self.fail("the graph has a cycle")
         names = self._op_names(nodes)
@@ -485,11 +496,12 @@ class _Importer:
     def _output_shapes(self, node: onnx.NodeProto, op: Op) -> list[tuple[tuple[int, ...], str]]:
         """(shape, dtype) of each output: our inference, else onnx.shape_inference."""
         ours: list[tuple[int, ...] | None] = [None] * len(op.outputs)
+        our_error: FusiontuneError | None = None
         if op.op_type in SHAPE_OP_TYPES and not op.domain:
             try:
                 ours = list(infer_op_shapes(op, self.tensors))
             except FusiontuneError as exc:
-                raise self.fail(str(exc)) from None
+                our_error = exc  # e.g. a shape input that did not fold: ask ONNX below
         result: list[tuple[tuple[int, ...], str]] = []
         onnx_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
         for k, out in enumerate(op.outputs):
@@ -503,6 +515,8 @@ class _Importer:
                 shape, elem = onnx_shapes.get(out, (None, 0))
                 if shape is None:
                     shape, elem = self._onnx_model_shapes().get(out, (None, 0))
+            if our_error is not None and shape is None:
+                raise self.fail(str(our_error))
             if shape is None or any(d <= 0 for d in shape):
                 raise self.fail(
                     f"cannot infer a static shape for output '{out}' of op '{op.name}' "
@@ -516,6 +530,8 @@ class _Importer:
             return _np_dtype_name(int(op.attr("to")))
         if elem_type:
             return _np_dtype_name(elem_type)
+        if (op.op_type, k) in _INDEX_OUTPUTS:
+            return _INDEX_OUTPUTS[op.op_type, k]
         data = op.inputs[1] if op.op_type == "Where" else op.inputs[0] if op.inputs else ""
         return self.tensors[data].dtype if data in self.tensors else ACTIVATION_DTYPE
 

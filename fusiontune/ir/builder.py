@@ -85,8 +85,9 @@ class GraphBuilder:
 
     def build(self) -> Graph:
         outputs = self._outputs or [self._ops[-1].outputs[0]]
-        return Graph(self.name, dict(self._tensors), tuple(self._ops), tuple(self._inputs),
-                     tuple(outputs)).lint()
+        return Graph(
+            self.name, dict(self._tensors), tuple(self._ops), tuple(self._inputs), tuple(outputs)
+        ).lint()
 
     # ---- weights ------------------------------------------------------------------------
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
@@ -113,16 +114,25 @@ class GraphBuilder:
         c_in = self.shape(x)[1]
         ks = (k, k) if isinstance(k, int) else tuple(k)
         pad = (ks[0] - 1) // 2 * dilation if pad is None else pad
-        w = self.weight(f"{name}.weight", (c_out, c_in // group, *ks), c_in // group * ks[0] * ks[1])
+        w = self.weight(
+            f"{name}.weight", (c_out, c_in // group, *ks), c_in // group * ks[0] * ks[1]
+        )
         ins = [x, w] + ([self.bias(f"{name}.bias", c_out)] if bias else [])
-        attrs = {"kernel_shape": ks, "strides": (stride, stride), "pads": (pad,) * 4,
-                 "dilations": (dilation, dilation), "group": group}
+        attrs = {
+            "kernel_shape": ks,
+            "strides": (stride, stride),
+            "pads": (pad,) * 4,
+            "dilations": (dilation, dilation),
+            "group": group,
+        }
         return self.op("Conv", ins, attrs, name=name)
 
     def bn(self, x: str, training: bool = False, name: str | None = None) -> str:
         name = name or self.fresh("bn")
         c = self.shape(x)[1]
-        gamma = self.const(f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(c)).astype(np.float32))
+        gamma = self.const(
+            f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(c)).astype(np.float32)
+        )
         beta = self.const(f"{name}.bias", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
         mean = self.const(f"{name}.mean", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
         var = self.const(f"{name}.var", (0.5 + self.rng.random(c)).astype(np.float32))
@@ -158,14 +168,27 @@ class GraphBuilder:
     def add(self, a: str, b: str, name: str | None = None) -> str:
         return self.op("Add", [a, b], name=name)
 
-    def maxpool(self, x: str, k: int, stride: int | None = None, pad: int = 0,
-                ceil_mode: int = 0, name: str | None = None) -> str:
+    def maxpool(
+        self,
+        x: str,
+        k: int,
+        stride: int | None = None,
+        pad: int = 0,
+        ceil_mode: int = 0,
+        name: str | None = None,
+    ) -> str:
         s = k if stride is None else stride
-        attrs = {"kernel_shape": (k, k), "strides": (s, s), "pads": (pad,) * 4, "ceil_mode": ceil_mode}
+        attrs = {
+            "kernel_shape": (k, k),
+            "strides": (s, s),
+            "pads": (pad,) * 4,
+            "ceil_mode": ceil_mode,
+        }
         return self.op("MaxPool", [x], attrs, name=name)
 
-    def avgpool(self, x: str, k: int, stride: int | None = None, pad: int = 0,
-                name: str | None = None) -> str:
+    def avgpool(
+        self, x: str, k: int, stride: int | None = None, pad: int = 0, name: str | None = None
+    ) -> str:
         s = k if stride is None else stride
         attrs = {"kernel_shape": (k, k), "strides": (s, s), "pads": (pad,) * 4}
         return self.op("AveragePool", [x], attrs, name=name)
@@ -184,6 +207,8 @@ class GraphBuilder:
     def layernorm(self, x: str, axis: int = -1, name: str | None = None) -> str:
         name = name or self.fresh("layernorm")
         n = self.shape(x)[-1]
-        g = self.const(f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32))
+        g = self.const(
+            f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+        )
         b = self.const(f"{name}.bias", (0.1 * self.rng.standard_normal(n)).astype(np.float32))
         return self.op("LayerNormalization", [x, g, b], {"axis": axis, "epsilon": 1e-5}, name=name)

@@ -81,7 +81,7 @@ _GREEDY_PHASES: tuple[Callable[[GroupView, tuple[Mode, ...]], bool], ...] = (
 def plan_from_edges(
     graph: Graph,
     fused_edges: Iterable[tuple[str, str]],
-    merge_choices: Mapping[str, bool] | None = None,
+    merge_choices: Mapping[str, bool | str] | None = None,
     config: PlannerConfig | None = None,
 ) -> Plan:
     """Repair a choice of edges into a legal plan, deterministically.
@@ -95,7 +95,8 @@ def plan_from_edges(
     Args:
         graph: the graph.
         fused_edges: ``(producer op, consumer op)`` pairs to fuse.
-        merge_choices: first LINEAR op of a multi-LINEAR group -> merge (True) or stream.
+        merge_choices: first LINEAR op of a multi-LINEAR group -> merge (``True`` or
+            ``"merge"``) or stream (``False``, ``"stream"``, or absent).
         config: planner configuration.
 
     Raises:
@@ -141,7 +142,7 @@ def plan_from_edges(
     choices = merge_choices or {}
 
     def wants_merge(view: GroupView) -> bool:
-        return bool(choices.get(ix.names[view.linear[0]], False))
+        return _is_merge_choice(choices.get(ix.names[view.linear[0]], False))
 
     return _plan(ix, members.values(), cfg, wants_merge)
 
@@ -164,6 +165,13 @@ def random_plan(
     merges = merge_candidates(graph, cfg)
     flips = rng.random(len(merges)) < MERGE_PROBABILITY
     return plan_from_edges(graph, chosen, dict(zip(merges, map(bool, flips))), cfg)
+
+
+def _is_merge_choice(value: object) -> bool:
+    """``True``/``1`` or ``"merge"`` (a :class:`Mode` too) choose merge; anything else streams."""
+    if isinstance(value, str):
+        return value == Mode.MERGE.value
+    return value is True or (isinstance(value, (int, np.integer)) and value == 1)
 
 
 def merged_weight_count(view: GroupView) -> tuple[int, int]:

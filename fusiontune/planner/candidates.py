@@ -90,16 +90,13 @@ def _table(graph: Graph, config: PlannerConfig) -> tuple[CandidateSet, ...]:
             table.append(CandidateSet((v,), 1 << v, (Mode.SINGLE,)))
             continue
         found = []
-        for mask in _connected_sets(
-            ix,
-            v,
-            config.max_group_size,
-            fusable,
-            neighbor_masks,
-            linear if stop_multi_linear else 0,
-        ):
+        stop = linear if stop_multi_linear else 0
+        for mask, desc, anc in _connected_sets(ix, v, config.max_group_size, fusable,
+                                               neighbor_masks, stop):  # fmt: skip
+            if desc & anc & ~mask:
+                continue  # not convex (rule 1): the common case, decided without a view
             members = _bits_sorted(mask)
-            modes = legal_modes(GroupView(ix, members, mask, config))
+            modes = legal_modes(GroupView(ix, members, mask, config), structure_checked=True)
             if modes:
                 found.append(CandidateSet(members, mask, modes))
         found.sort(key=lambda c: (len(c.members), c.members))
@@ -114,16 +111,21 @@ def _connected_sets(
     fusable: int,
     neighbor_masks: tuple[int, ...],
     stop_linear: int,
-) -> Iterator[int]:
+) -> Iterator[tuple[int, int, int]]:
     """Connected sets of fusable ops whose smallest index is ``v`` (ESU, each set once).
 
-    ``stop_linear`` marks LINEAR ops when no multi-LINEAR pattern is enabled: a set holding
-    two of them is never legal, nor is any superset, so it is not extended.
+    Yields ``(set, descendants, ancestors)`` masks (the set is convex iff
+    ``descendants & ancestors`` lies inside it). ``stop_linear`` marks LINEAR ops when no
+    multi-LINEAR pattern is enabled: a set holding two of them is never legal, nor is any
+    superset, so it is not extended.
     """
     above = ~((1 << (v + 1)) - 1) & fusable
+    desc, anc = ix.desc, ix.anc
 
-    def extend(sub: int, size: int, ext: list[int], nbhd: int) -> Iterator[int]:
-        yield sub
+    def extend(
+        sub: int, size: int, ext: list[int], nbhd: int, d: int, a: int
+    ) -> Iterator[tuple[int, int, int]]:
+        yield sub, d, a
         if size == cap:
             return
         ext = list(ext)
@@ -134,11 +136,12 @@ def _connected_sets(
                 continue
             new = neighbor_masks[w] & above & ~nbhd
             new_ext = ext + list(_bits_sorted(new))
-            yield from extend(sub | bit, size + 1, new_ext, nbhd | new | bit)
+            yield from extend(sub | bit, size + 1, new_ext, nbhd | new | bit, d | desc[w],
+                              a | anc[w])  # fmt: skip
 
     start_nbhd = neighbor_masks[v] | (1 << v)
     first_ext = list(_bits_sorted(neighbor_masks[v] & above))
-    yield from extend(1 << v, 1, first_ext, start_nbhd)
+    yield from extend(1 << v, 1, first_ext, start_nbhd, desc[v], anc[v])
 
 
 def _bits_sorted(mask: int) -> tuple[int, ...]:

@@ -39,6 +39,7 @@ class _Move:
     modes: tuple[Mode, ...]
     out_reach: int  # ops reachable from the set by a path that leaves it
     jump: int  # the set and everything reachable from any member
+    groups: tuple[Group, ...]  # the set as a Group, one per legal mode
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +60,9 @@ def _space(graph: Graph, config: PlannerConfig) -> _Space:
             for s in ix.succs[i]:
                 if not c.mask >> s & 1:
                     out |= (1 << s) | ix.desc[s]
-        by_min[c.members[0]].append(_Move(c.members, c.mask, c.modes, out, jump))
+        ops = tuple(ix.names[i] for i in c.members)
+        groups = tuple(Group(ops, mode) for mode in c.modes)
+        by_min[c.members[0]].append(_Move(c.members, c.mask, c.modes, out, jump, groups))
     return _Space(ix.n, ix.names, tuple(tuple(m) for m in by_min))
 
 
@@ -135,7 +138,6 @@ def enumerate_plans(
         return
     space = _space(graph, config or PlannerConfig())
     n = space.n
-    names = space.names
     produced = 0
     path: list[_Move] = []
     stack: list[tuple[State, Iterator[_Move]]] = [((0, 0, ()), iter(space.moves[0] if n else ()))]

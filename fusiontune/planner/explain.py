@@ -52,16 +52,16 @@ def explain(graph: Graph, config: PlannerConfig | None = None) -> list[EdgeExpla
     cfg = config or PlannerConfig()
     ix = graph_index(graph)
     patterns: dict[tuple[int, int], set[str]] = {}
-    for c in candidate_table(graph, cfg):
-        if len(c.members) < 2:
+    for cand in candidate_table(graph, cfg):
+        if len(cand.members) < 2:
             continue
         labels = set()
-        for mode in c.modes:
-            label = group_pattern(graph, Group(tuple(ix.names[i] for i in c.members), mode))
+        for mode in cand.modes:
+            label = group_pattern(graph, Group(tuple(ix.names[i] for i in cand.members), mode))
             labels.update(label.split("+"))
-        for i in c.members:
+        for i in cand.members:
             for s in ix.succs[i]:
-                if c.mask >> s & 1:
+                if cand.mask >> s & 1:
                     patterns.setdefault((i, s), set()).update(labels)
     out = []
     for p, c, tensor in ix.edges:

@@ -413,12 +413,23 @@ def natural_modes(view: GroupView) -> tuple[Mode, ...]:
     return (Mode.MERGE, Mode.STREAM)
 
 
-def legal_modes(view: GroupView) -> tuple[Mode, ...]:
-    """Modes in which the group is legal (empty if none)."""
-    for rule in STRUCTURE_RULES:
-        if rule(view, Mode.SINGLE) is not None:
-            return ()
-    return tuple(m for m in natural_modes(view) if not view_refusals(view, m, first_only=True))
+def legal_modes(view: GroupView, structure_checked: bool = False) -> tuple[Mode, ...]:
+    """Modes in which the group is legal (empty if none).
+
+    Args:
+        view: the group.
+        structure_checked: the caller already knows rules 1, 6 and 8 hold (the candidate
+            generator builds only connected, convex, capped sets without OPAQUE ops).
+    """
+    if not structure_checked:
+        for rule in STRUCTURE_RULES:
+            if rule(view, Mode.SINGLE) is not None:
+                return ()
+    return tuple(m for m in natural_modes(view) if _mode_legal(view, m))
+
+
+def _mode_legal(view: GroupView, mode: Mode) -> bool:
+    return all(rule(view, mode) is None for rule in MODE_RULES)
 
 
 def check_group(

@@ -29,7 +29,6 @@ from fusiontune.search.driver import (
     open_study,
     run_trials,
     storage_for,
-    study_records,
 )
 from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
 
@@ -122,9 +121,9 @@ def search(
     name = study or graph.name
     out_dir = Path(out) / name
     out_dir.mkdir(parents=True, exist_ok=True)
-    opt_study = open_study(name, storage_for(storage, out_dir), problem, seed, resume)
+    store = open_study(name, storage_for(storage, out_dir), problem, seed, resume)
 
-    done = len(study_records(opt_study))
+    done = len(store.records())
     remaining = max(0, spc.trials - done)
     if remaining:
         be = make_backend(
@@ -132,11 +131,11 @@ def search(
         )
         try:
             be.start(graph)
-            run_trials(opt_study, problem, be, remaining, on_record)
+            run_trials(store, problem, be, remaining, on_record)
         finally:
             be.close()
 
-    records = study_records(opt_study)
+    records = store.records()
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     best = best_record(records, problem)
     if best is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ BRUTEFORCE_MAX_POINTS = 65536
 NSGA2_POPULATION = 20
 """NSGA-II population: small enough for several generations within a few hundred trials."""
 
+MODE_CHOICES = ("merge", "stream")
+"""Choices of a matrix chain (P3 merge or P4 stream)."""
+
 CAPACITY_CONSTRAINT = "capacity"
 """Constraint key: number of hardware-capacity violations (rule 7), feasible when 0."""
 
@@ -66,6 +70,7 @@ class TrialRecord:
     worker: str = ""
     duplicate_of: int = -1
     error: str = ""
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -149,6 +154,30 @@ class Problem:
                         f"{self.space.source}: knobs.{knob.name} = {value!r}: {exc}"
                     ) from exc
 
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Optuna distribution of every decision variable (as :meth:`decode` suggests them)."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        out: dict[str, Any] = {edge_param(e): CategoricalDistribution((0, 1)) for e in self.edges}
+        for key in self.merge_keys:
+            out[f"mode:{key}"] = CategoricalDistribution(MODE_CHOICES)
+        for k in self.space.knobs:
+            if k.kind == "categorical":
+                out[k.param] = CategoricalDistribution(k.choices)
+            elif k.kind == "int":
+                assert k.low is not None and k.high is not None
+                out[k.param] = IntDistribution(
+                    int(k.low), int(k.high), log=k.log, step=int(k.step or 1)
+                )
+            else:
+                assert k.low is not None and k.high is not None
+                out[k.param] = FloatDistribution(k.low, k.high, log=k.log, step=k.step)
+        return out
+
     def greedy_params(self) -> dict[str, Any]:
         """Parameters of the 'fuse every candidate edge' assignment (enqueued first)."""
         return {edge_param(e): 1 for e in self.edges}
@@ -159,8 +188,7 @@ class Problem:
 
         fused = [e for e in self.edges if trial.suggest_categorical(edge_param(e), (0, 1)) == 1]
         merges = {
-            k: str(trial.suggest_categorical(f"mode:{k}", ("merge", "stream")))
-            for k in self.merge_keys
+            k: str(trial.suggest_categorical(f"mode:{k}", MODE_CHOICES)) for k in self.merge_keys
         }
         knobs = {k.name: _suggest_knob(trial, k) for k in self.space.knobs}
         hw = self.base_hw.replace(**knobs) if knobs else self.base_hw
@@ -216,6 +244,42 @@ def _suggest_knob(trial: optuna.trial.Trial, knob: Knob) -> Any:
     return trial.suggest_float(knob.param, knob.low, knob.high, step=knob.step, log=knob.log)
 
 
+def _bruteforce_class() -> type:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+
+        class AskTellBruteForce(optuna.samplers.BruteForceSampler):
+            """BruteForceSampler for ask/tell: when the grid is exhausted Optuna calls
+            ``study.stop()``, which raises outside ``optimize``; record it instead (the trial is
+            already stored, Optuna sets its state in a ``finally``)."""
+
+            exhausted = False
+
+            def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+                try:
+                    super().after_trial(study, trial, state, values)
+                except RuntimeError as exc:
+                    if "Study.stop" not in str(exc):
+                        raise
+                    self.exhausted = True
+
+    return AskTellBruteForce
+
+
+def _bruteforce_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    import warnings
+
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _bruteforce_class()(seed=seed)  # type: ignore[no-any-return]
+
+
 # ---- study -----------------------------------------------------------------------------------
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for a name of :data:`fusiontune.search.space.SAMPLERS`.
@@ -231,7 +295,7 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if name == "bruteforce":
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        return _bruteforce_sampler(seed)
     raise ConfigError(f"sampler '{name}' is not known; allowed: tpe, random, nsga2, bruteforce")
 
 
@@ -253,19 +317,65 @@ def storage_for(storage: str | None, study_dir: Path) -> Any:
     return storage
 
 
+FLUSH_INTERVAL_S = 5.0
+"""Finished trials are copied to the persistent storage at most this often (and at the end):
+a crash loses at most this much work, and SQLite writes (~40 ms a trial) stay off the loop."""
+
+
+class StudyStore:
+    """The persistent study (SQLite, journal file or database URL) and its in-memory mirror.
+
+    The sampler works on the in-memory study: Optuna writes every ``suggest`` to its storage,
+    and on SQLite that costs ~10 ms per parameter, far more than simulating a plan. Finished
+    trials are copied to the persistent study in batches, compactly: state, objective values
+    and one user attribute (:data:`RECORD_ATTR`) holding the record, which includes the
+    parameters. On resume the mirror is rebuilt from those records.
+
+    Attributes:
+        persistent: the stored study.
+        memory: the in-memory study the sampler asks and is told.
+        number_offset: added to in-memory trial numbers to give the recorded trial numbers
+            (non-zero when a resumed study has gaps left by a crash).
+    """
+
+    def __init__(self, persistent: optuna.Study, memory: optuna.Study, number_offset: int) -> None:
+        self.persistent = persistent
+        self.memory = memory
+        self.number_offset = number_offset
+        self._pending: list[TrialRecord] = []
+        self._last_flush_s = time.monotonic()
+
+    def add(self, record: TrialRecord) -> None:
+        """Queue a finished trial for the persistent study."""
+        self._pending.append(record)
+        if time.monotonic() - self._last_flush_s >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Copy the queued trials to the persistent study."""
+        if self._pending:
+            self.persistent.add_trials([_stored_trial(r) for r in self._pending])
+            self._pending.clear()
+        self._last_flush_s = time.monotonic()
+
+    def records(self) -> list[TrialRecord]:
+        """Every finished trial's record (earlier runs included), by trial number."""
+        return study_records(self.memory)
+
+
 def open_study(
     name: str,
     storage: Any,
     problem: Problem,
     seed: int | None,
     resume: bool,
-) -> optuna.Study:
-    """Create the study, or load it with ``resume`` and fail the trials left RUNNING."""
+) -> StudyStore:
+    """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
+    finished ones replayed into the in-memory mirror the sampler works on."""
     import optuna
     from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = make_sampler(problem.space.sampler, seed)
     try:
         existing = optuna.get_all_study_names(storage=storage)
     except Exception as exc:
@@ -275,25 +385,31 @@ def open_study(
             f"study '{name}' already exists in {storage}; pass --resume to continue it, "
             "or --study NAME / --out DIR for a new one"
         )
-    study = optuna.create_study(
+    persistent = optuna.create_study(
         storage=storage,
-        sampler=sampler,
+        sampler=optuna.samplers.RandomSampler(seed=seed),  # never asked: the mirror samples
         study_name=name,
         directions=problem.directions,
         load_if_exists=resume,
     )
-    if name in existing:
-        if len(study.directions) != len(problem.directions):
-            raise StorageError(
-                f"study '{name}' has {len(study.directions)} objective(s); objective "
-                f"'{problem.space.objective}' needs {len(problem.directions)}"
-            )
-        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            study.tell(t.number, state=TrialState.FAIL)
-    else:
-        study.set_user_attr("space", problem.space.to_dict())
-        study.enqueue_trial(problem.greedy_params(), skip_if_exists=True)
-    return study
+    memory = optuna.create_study(
+        sampler=make_sampler(problem.space.sampler, seed), directions=problem.directions
+    )
+    if name not in existing:
+        persistent.set_user_attr("space", problem.space.to_dict())
+        memory.enqueue_trial(problem.greedy_params())
+        return StudyStore(persistent, memory, 0)
+    if len(persistent.directions) != len(problem.directions):
+        raise StorageError(
+            f"study '{name}' has {len(persistent.directions)} objective(s); objective "
+            f"'{problem.space.objective}' needs {len(problem.directions)}"
+        )
+    for t in persistent.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        persistent.tell(t.number, state=TrialState.FAIL)
+    old = study_records(persistent)
+    memory.add_trials([_mirrored_trial(r, problem) for r in old])
+    offset = (old[-1].trial + 1 - len(old)) if old else 0
+    return StudyStore(persistent, memory, offset)
 
 
 def study_records(study: optuna.Study) -> list[TrialRecord]:
@@ -306,9 +422,48 @@ def study_records(study: optuna.Study) -> list[TrialRecord]:
     return sorted(records, key=lambda r: r.trial)
 
 
+def _stored_trial(record: TrialRecord) -> optuna.trial.FrozenTrial:
+    """The compact persistent form of a finished trial."""
+    import optuna
+
+    done = record.state == "COMPLETE"
+    return optuna.trial.create_trial(
+        state=optuna.trial.TrialState.COMPLETE if done else optuna.trial.TrialState.FAIL,
+        values=list(record.values) if done else None,
+        user_attrs={RECORD_ATTR: record.to_dict()},
+        system_attrs=_constraint_attrs(record),
+    )
+
+
+def _mirrored_trial(record: TrialRecord, problem: Problem) -> optuna.trial.FrozenTrial:
+    """A stored trial with its parameters restored, for the sampler's history."""
+    import optuna
+
+    dists = problem.distributions()
+    params = {k: v for k, v in record.params.items() if k in dists}
+    done = record.state == "COMPLETE"
+    return optuna.trial.create_trial(
+        state=optuna.trial.TrialState.COMPLETE if done else optuna.trial.TrialState.FAIL,
+        values=list(record.values) if done else None,
+        params=params,
+        distributions={k: dists[k] for k in params},
+        user_attrs={RECORD_ATTR: record.to_dict()},
+        system_attrs=_constraint_attrs(record),
+    )
+
+
+def _constraint_attrs(record: TrialRecord) -> dict[str, float]:
+    """System attributes in the form ``Trial.set_constraint`` writes them."""
+    try:
+        from optuna.study._constrained_optimization import _CONSTRAINTS_KEY as key
+    except ImportError:  # pragma: no cover - Optuna moved it: fall back to the 5.0 name
+        key = "constraints"
+    return {f"{key}:{k}": float(v) for k, v in record.constraints.items()}
+
+
 # ---- the loop ----------------------------------------------------------------------------------
 def run_trials(
-    study: optuna.Study,
+    store: StudyStore,
     problem: Problem,
     backend: Backend,
     n_trials: int,
@@ -318,9 +473,10 @@ def run_trials(
 
     Returns the records of the new trials in the order they were told.
     """
-
+    study = store.memory
+    offset = store.number_offset
     cache: dict[tuple[str, str], TrialRecord] = {
-        (r.plan_hash, r.hw_hash): r for r in study_records(study) if r.state == "COMPLETE"
+        (r.plan_hash, r.hw_hash): r for r in store.records() if r.state == "COMPLETE"
     }
     # key -> trials waiting for that evaluation (the first one was submitted)
     waiting: dict[tuple[str, str], list[tuple[optuna.trial.Trial, Plan, HardwareConfig]]] = {}
@@ -328,51 +484,57 @@ def run_trials(
     told: list[TrialRecord] = []
 
     def finish(trial: optuna.trial.Trial, record: TrialRecord) -> None:
+        record = dataclasses.replace(record, params=dict(trial.params))
         _tell(study, trial, record)
+        store.add(record)
         told.append(record)
         if on_record is not None:
             on_record(record)
 
     asked = 0
-    while len(told) < n_trials:
-        while asked < n_trials and backend.has_room():
-            batch: list[EvalTask] = []
-            while len(batch) < backend.plans_per_task and asked < n_trials:
-                trial = study.ask()
-                asked += 1
-                try:
-                    plan, hw = problem.decode(trial)
-                except ConfigError:
-                    raise
-                except Exception as exc:  # repair or hardware rejected the assignment
-                    finish(
-                        trial,
-                        TrialRecord(trial.number, "FAIL", error=f"{type(exc).__name__}: {exc}"),
-                    )
-                    continue
-                key = (plan.hash, hw.hash)
-                if key in cache:
-                    finish(trial, _duplicate(cache[key], trial.number))
-                elif key in waiting:
-                    waiting[key].append((trial, plan, hw))
-                else:
-                    waiting[key] = [(trial, plan, hw)]
-                    by_trial[trial.number] = key
-                    batch.append(EvalTask(trial.number, plan, hw))
-            if batch:
-                backend.submit(batch)
-        outcomes = backend.wait()
-        if not outcomes and asked >= n_trials and not waiting:
-            break
-        for outcome in outcomes:
-            key = by_trial.pop(outcome.trial)
-            (trial, plan, hw), *dupes = waiting.pop(key)
-            record = _record(problem, trial.number, plan, hw, outcome)
-            if record.state == "COMPLETE":
-                cache[key] = record
-            finish(trial, record)
-            for dupe, _, _ in dupes:
-                finish(dupe, _duplicate(record, dupe.number))
+    try:
+        while len(told) < n_trials:
+            if getattr(study.sampler, "exhausted", False):  # bruteforce walked its whole grid
+                n_trials = asked
+            while asked < n_trials and backend.has_room():
+                batch: list[EvalTask] = []
+                while len(batch) < backend.plans_per_task and asked < n_trials:
+                    trial = study.ask()
+                    asked += 1
+                    number = trial.number + offset
+                    try:
+                        plan, hw = problem.decode(trial)
+                    except ConfigError:
+                        raise
+                    except Exception as exc:  # repair or hardware rejected the assignment
+                        error = f"{type(exc).__name__}: {exc}"
+                        finish(trial, TrialRecord(number, "FAIL", error=error))
+                        continue
+                    key = (plan.hash, hw.hash)
+                    if key in cache:
+                        finish(trial, _duplicate(cache[key], number))
+                    elif key in waiting:
+                        waiting[key].append((trial, plan, hw))
+                    else:
+                        waiting[key] = [(trial, plan, hw)]
+                        by_trial[number] = key
+                        batch.append(EvalTask(number, plan, hw))
+                if batch:
+                    backend.submit(batch)
+            outcomes = backend.wait()
+            if not outcomes and asked >= n_trials and not waiting:
+                break
+            for outcome in outcomes:
+                key = by_trial.pop(outcome.trial)
+                (trial, plan, hw), *dupes = waiting.pop(key)
+                record = _record(problem, outcome.trial, plan, hw, outcome)
+                if record.state == "COMPLETE":
+                    cache[key] = record
+                finish(trial, record)
+                for dupe, _, _ in dupes:
+                    finish(dupe, _duplicate(record, dupe.number + offset))
+    finally:
+        store.flush()
     return told
 
 

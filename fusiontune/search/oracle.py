@@ -4,14 +4,14 @@ Costs are additive over groups (DEVELOPERS.md), so the best plan is a set partit
 ops by the legal groups of ``candidate_groups(graph, cfg)``::
 
     minimise   sum_g cost_g x_g
-    subject to sum_{g contains op} x_g = 1   for every op
+    subject to sum_{g contains op} x_g = 1              for every op
+               sum_g crossbars_g x_g <= n_crossbars     (resident weights: rule 7, plan level)
                x_g in {0, 1}
 
-solved with :func:`scipy.optimize.milp` (HiGHS). Groups infeasible on the hardware (rule 7) are
-left out; with resident weights the crossbars of all chosen groups must fit the chip together
-(``sum crossbars_needed_g x_g <= n_crossbars``, the plan-level part of rule 7). A partition of individually legal groups can still be illegal as a whole (two groups
-that depend on each other both ways); such a solution is cut off with a no-good constraint and
-the MILP solved again, so the answer is a legal plan whose optimality is proven.
+solved with :func:`scipy.optimize.milp` (HiGHS). Groups infeasible on the hardware on their own
+(rule 7) are left out. A partition of individually legal groups can still be illegal as a whole
+(two groups that depend on each other both ways); such a solution is cut off with a no-good
+constraint and the MILP solved again, so the answer is a legal plan whose optimality is proven.
 """
 
 from __future__ import annotations

@@ -108,14 +108,13 @@ class GroupMetrics:
     crossbars_needed: int
     feasible: bool
     violations: tuple[str, ...]
-    int_vector: np.ndarray = field(repr=False, compare=False)
-    float_vector: np.ndarray = field(repr=False, compare=False)
+    vector: np.ndarray = field(repr=False, compare=False)  # see _group_cost
 
     def as_dict(self) -> dict[str, Any]:
         """Flat row for the ``groups`` table (ops joined by ``+``, violations by ``; ``)."""
         out: dict[str, Any] = {"ops": "+".join(self.ops), "n_ops": len(self.ops), "mode": self.mode}
         for f in fields(self)[2:]:
-            if f.name in ("int_vector", "float_vector"):
+            if f.name == "vector":
                 continue
             out[f.name] = getattr(self, f.name)
         out["violations"] = "; ".join(self.violations)
@@ -212,11 +211,16 @@ def group_cost(graph: Graph, group: Group, hw: HardwareConfig | None = None) -> 
     """Cost of one group (cached by graph structure, group and hardware)."""
     hw = hw or _default_hw()
     table = _cache_for(graph, hw)
-    key = group.key
+    key = _key(group)
     hit = table.get(key)
     if hit is None:
         hit = table[key] = _group_cost(graph, group, hw)
     return hit
+
+
+def _key(group: Group) -> tuple[tuple[str, ...], str]:
+    """The cache key: equal to ``group.key`` (ops, mode value), without the Enum property."""
+    return (group.ops, group.mode._value_)
 
 
 def _numel(graph: Graph, tensor: str) -> int:
@@ -353,17 +357,20 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
         digital, programmed, compute, memory, cycles,
     )  # fmt: skip
     floats = (dram_pj, buffer_pj, cell_pj, adc_pj, dac_pj, digital_pj, program_pj, energy)
+    values: dict[str, Any] = {**dict(zip(INT_FIELDS, ints)), **dict(zip(FLOAT_FIELDS, floats))}
     return GroupMetrics(
         ops=group.ops,
         mode=group.mode.value,
-        **dict(zip(INT_FIELDS, ints)),
-        **dict(zip(FLOAT_FIELDS, floats)),
+        **values,
         buffer_needed_bytes=buffer_needed,
         crossbars_needed=crossbars,
         feasible=not violations,
         violations=tuple(violations),
-        int_vector=np.array(ints, dtype=np.int64),
-        float_vector=np.array(floats, dtype=np.float64),
+        # additive counts (< 2**53: exact in float64) and energies, then the non-additive
+        # buffer bytes and crossbars and an infeasibility flag (see simulate)
+        vector=np.array(
+            (*ints, *floats, buffer_needed, crossbars, float(bool(violations))), dtype=np.float64
+        ),
     )
 
 
@@ -383,31 +390,34 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
     table = _cache_for(graph, hw)
     rows: list[GroupMetrics] = []
     for g in plan.groups:
-        key = g.key
+        key = (g.ops, g.mode._value_)  # == _key(g), inlined: the hot loop of a search
         hit = table.get(key)
         if hit is None:
             hit = table[key] = _group_cost(graph, g, hw)
         rows.append(hit)
-    ints = np.sum([r.int_vector for r in rows], axis=0).tolist()
-    floats = np.sum([r.float_vector for r in rows], axis=0).tolist()
-    violations = [v for r in rows for v in r.violations]
+    stack = np.array([r.vector for r in rows])
+    total = stack.sum(axis=0).tolist()
+    n_int, n_add = len(INT_FIELDS), len(INT_FIELDS) + len(FLOAT_FIELDS)
+    values: dict[str, Any] = {k: int(v) for k, v in zip(INT_FIELDS, total[:n_int])}
+    values.update(zip(FLOAT_FIELDS, total[n_int:n_add]))
+    buffer_col, crossbar_col, infeasible_col = n_add, n_add + 1, n_add + 2
+    violations = [v for r in rows for v in r.violations] if total[infeasible_col] else []
     if hw.weights_resident:
-        crossbars = sum(r.crossbars_needed for r in rows)
+        crossbars = int(total[crossbar_col])
         if crossbars > hw.n_crossbars:
             violations.append(
                 f"plan: resident weights need {crossbars} crossbars, n_crossbars is "
                 f"{hw.n_crossbars}"
             )
     else:
-        crossbars = max(r.crossbars_needed for r in rows)
+        crossbars = int(stack[:, crossbar_col].max())
     return Metrics(
         graph_name=graph.name,
         graph_hash=graph.structural_hash,
         hw_hash=hw.hash,
         n_groups=len(rows),
-        **dict(zip(INT_FIELDS, ints)),
-        **dict(zip(FLOAT_FIELDS, floats)),
-        buffer_needed_bytes=max(r.buffer_needed_bytes for r in rows),
+        **values,
+        buffer_needed_bytes=int(stack[:, buffer_col].max()),
         crossbars_needed=crossbars,
         lower_bound_bytes=lower_bound(graph, hw),
         feasible=not violations,

@@ -38,6 +38,7 @@ from fusiontune.sim import kernels as K
 ACT_BITS_DEFAULT = 8  # DESIGN §6/§7: 8-bit activations when no hardware is given
 BITS_PER_BYTE = 8
 BAND_ELEMS_TARGET = 16384  # elements of a group's output per band: keeps im2col bands in L2
+MIN_BANDS = 4  # even a small map is split, so no banded intermediate ever exists whole
 NUMERICS = ("float", "cim")
 _SINK = "__sink__"  # consumer id of the band driver
 ROW_AXIS = 2  # bands run over H of NCHW
@@ -328,8 +329,26 @@ def _row_local(graph: Graph, node: Node) -> bool:
     return True
 
 
+_COMPILED: dict[tuple[str, tuple[tuple[str, ...], str]], list[Node]] = {}
+COMPILED_CACHE_MAX = 512  # compiled groups kept (merged weights can be large to recompute)
+
+
 def compile_group(graph: Graph, group: Group) -> list[Node]:
-    """The group as a list of nodes in topological order (merge, fold, band marks)."""
+    """The group as a list of nodes in topological order (merge, fold, band marks).
+
+    Cached per (graph hash, group): a search re-executing similar plans folds and merges
+    each group's weights once.
+    """
+    key = (graph.structural_hash, group.key)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        if len(_COMPILED) >= COMPILED_CACHE_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        hit = _COMPILED[key] = _compile_group(graph, group)
+    return hit
+
+
+def _compile_group(graph: Graph, group: Group) -> list[Node]:
     inside = set(group.ops)
     ops = graph.subgraph_ops(group.ops)
     replaced: dict[str, Node | None] = {}  # op name -> node it starts, or None when absorbed
@@ -347,12 +366,9 @@ def compile_group(graph: Graph, group: Group) -> list[Node]:
         elif op.op_class is OpClass.LINEAR:
             try:
                 params = K.linear_params(graph, op)
-            except IllegalPlanError:
-                params = None
-            if params is None:
-                node = Node(op.name, op, op.inputs, op.outputs)
-            else:
                 node = Node(op.name, op, (op.inputs[0],), (op.output,), params)
+            except IllegalPlanError:  # a batched MatMul weight: run the op as it is
+                node = Node(op.name, op, op.inputs, op.outputs)
         else:
             node = Node(op.name, op, op.inputs, op.outputs)
         if node.linear is not None:
@@ -360,7 +376,6 @@ def compile_group(graph: Graph, group: Group) -> list[Node]:
             for name in node.folded[1:]:
                 replaced[name] = None
         nodes.append(node)
-    nodes = [n for n in nodes if not (n.op is not None and replaced.get(n.op.name, n) is None)]
     return [
         Node(n.name, n.op, n.inputs, n.outputs, n.linear, _row_local(graph, n), n.folded)
         for n in nodes
@@ -397,11 +412,16 @@ class _LineBuffer:
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=ROW_AXIS)
 
     def release(self, consumer: str, a: int) -> None:
+        """``consumer`` will not ask for rows below ``a`` again: drop rows nobody needs."""
         self.consumers.add(consumer)
         self.last[consumer] = a
         keep_from = min(self.last.get(c, 0) for c in self.consumers)
-        while self.chunks and self.chunks[0][0] + self.chunks[0][1].shape[ROW_AXIS] <= keep_from:
-            self.chunks.pop(0)
+        while self.chunks and self.chunks[0][0] < keep_from:
+            start, arr = self.chunks[0]
+            if start + arr.shape[ROW_AXIS] <= keep_from:
+                self.chunks.pop(0)
+            else:  # keep only the rows still needed (a copy, so the old band is freed)
+                self.chunks[0] = (keep_from, arr[:, :, keep_from - start :].copy())
 
 
 class _GroupRun:
@@ -455,6 +475,8 @@ class _GroupRun:
         buf = self.buffers.get(tensor)
         if buf is None:
             return self.full(tensor, consumer)[:, :, a:b]
+        if a >= buf.lo:
+            buf.release(consumer, a)
         if b > buf.hi:
             start = buf.hi
             new = self._band(self.producer[tensor], start, b)
@@ -524,7 +546,7 @@ class _GroupRun:
             shape = self.shape(primary)
             height = shape[ROW_AXIS]
             per_row = math.prod(shape) // height
-            step = max(1, BAND_ELEMS_TARGET // per_row)
+            step = max(1, min(BAND_ELEMS_TARGET // per_row, math.ceil(height / MIN_BANDS)))
             for a in range(0, height, step):
                 self.rows(primary, a, min(height, a + step), _SINK)
             for t in banded:
@@ -590,7 +612,8 @@ def group_order(graph: Graph, plan: Plan) -> list[int]:
         if not ready:
             stuck = [plan.groups[i].ops[0] for i in range(len(plan.groups)) if i not in done]
             raise IllegalPlanError(
-                "groups starting at " + ", ".join(f"'{s}'" for s in stuck[:4])
+                "groups starting at "
+                + ", ".join(f"'{s}'" for s in stuck[:4])
                 + " depend on each other in a cycle: a group is not convex (rule 1)"
             )
         order.append(ready[0])

@@ -376,10 +376,18 @@ def load_hardware(
         if path is None:
             base = HardwareConfig()  # the embedded default preset
         else:
-            data = _read_yaml(path, str(path_or_preset))
+            source = _source_name(path, path_or_preset)
+            data = _read_yaml(path, source)
             data.setdefault("name", path.stem)
-            base = _build(data, str(path_or_preset))
+            base = _build(data, source)
     return base.replace(**overrides) if overrides else base
+
+
+def _source_name(path: Path, given: str | Path) -> str:
+    """How errors name the file: presets relative to the repository, files as given."""
+    if path.parent == presets_dir():
+        return f"search_spaces/hardware/{path.name}"
+    return str(given)
 
 
 def _resolve(path_or_preset: str | Path) -> Path | None:

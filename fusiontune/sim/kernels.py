@@ -176,16 +176,19 @@ def conv_nd(
         npix = cols.shape[-1]
         cols = cols.reshape(n, group, ck, npix)
         w_mat = weight.reshape(group, c_out // group, ck)
-        if matmul is matmul_float:
+        if matmul is matmul_float and group == 1:
+            out = np.stack([w_mat[0] @ cols[i, 0] for i in range(n)])  # (N, C_out, P)
+        elif matmul is matmul_float:
             out = np.matmul(w_mat[None], cols)  # (N, G, C_out/G, P)
         else:
             rows = cols.transpose(1, 0, 3, 2).reshape(group, n * npix, ck)
             prod = np.stack([matmul(rows[g], w_mat[g].T) for g in range(group)])
             out = prod.reshape(group, n, npix, c_out // group).transpose(1, 0, 3, 2)
         out = out.reshape(n, c_out, *win.out_spatial)
+    out = out.astype(DTYPE, copy=False)
     if bias is not None:
-        out = out + bias.reshape((1, c_out) + (1,) * len(win.out_spatial))
-    return out.astype(DTYPE, copy=False)
+        out += bias.reshape((1, c_out) + (1,) * len(win.out_spatial))
+    return out
 
 
 def pool_nd(x: Array, kind: str, win: Window, count_include_pad: bool = False) -> Array:

@@ -1,0 +1,210 @@
+"""Property tests of the planner on random DAGs of mixed op classes (tests/strategies.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import crossing_graphs, dag_graphs
+
+from fusiontune.errors import IllegalPlanError
+from fusiontune.ir.builder import GraphBuilder
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.baselines import greedy_plan, plan_from_edges, random_plan, unfused_plan
+from fusiontune.planner.candidates import (
+    PlannerConfig,
+    candidate_edges,
+    candidate_groups,
+    merge_candidates,
+)
+from fusiontune.planner.enumerate import count_plans, enumerate_plans
+from fusiontune.planner.legality import check_group, check_plan, natural_modes
+from fusiontune.planner.plan import Group, Mode, Plan
+
+PROPS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+SMALL_COUNT = 3000  # enumerate everything when there are at most this many plans
+BRUTE_FORCE_MAX_OPS = 6  # Bell(6) = 203 partitions: cheap to check one by one
+CONFIGS = (
+    PlannerConfig(),
+    PlannerConfig(max_group_size=3),
+    PlannerConfig(patterns=frozenset({"P1"})),
+    PlannerConfig(patterns=frozenset({"P1", "P2", "P3"})),
+)
+configs = st.sampled_from(CONFIGS)
+
+
+def _set_partitions(items: list[str]) -> Iterator[list[list[str]]]:
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _set_partitions(rest):
+        for k in range(len(part)):
+            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
+        yield [[first], *part]
+
+
+def _legal(graph: Graph, plan: Plan, config: PlannerConfig) -> bool:
+    try:
+        check_plan(graph, plan, config)
+    except IllegalPlanError:
+        return False
+    return True
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=7), crossing_graphs()), configs)
+def test_enumerated_plans_are_legal_partitions_without_duplicates(
+    graph: Graph, config: PlannerConfig
+) -> None:
+    n = count_plans(graph, config)
+    assert n >= 1
+    limit = SMALL_COUNT if n > SMALL_COUNT else None
+    seen = set()
+    names = sorted(op.name for op in graph.ops)
+    for plan in enumerate_plans(graph, limit, config):
+        check_plan(graph, plan, config)
+        covered = sorted(op for g in plan.groups for op in g.ops)
+        assert covered == names
+        assert plan.to_json() not in seen
+        seen.add(plan.to_json())
+    if limit is None:
+        assert len(seen) == n
+    else:
+        assert len(seen) == SMALL_COUNT
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=BRUTE_FORCE_MAX_OPS), crossing_graphs()), configs)
+def test_count_equals_brute_force_over_all_partitions(graph: Graph, config: PlannerConfig) -> None:
+    """Completeness: every partition x mode choice that check_plan accepts is counted."""
+    ix_names = [op.name for op in graph.ops]
+    total = 0
+    for parts in _set_partitions(ix_names):
+        mode_options = []
+        for part in parts:
+            from fusiontune.planner._index import graph_index
+            from fusiontune.planner.legality import GroupView
+
+            view = GroupView.of(graph_index(graph), (graph.op_index[o] for o in part), config)
+            mode_options.append(natural_modes(view))
+        for modes in itertools.product(*mode_options):
+            plan = Plan.of(graph, [Group(tuple(p), m) for p, m in zip(parts, modes)])
+            total += _legal(graph, plan, config)
+    assert count_plans(graph, config) == total
+
+
+@PROPS
+@given(dag_graphs(max_ops=8), configs)
+def test_candidate_groups_are_legal_and_distinct(graph: Graph, config: PlannerConfig) -> None:
+    groups = candidate_groups(graph, config)
+    assert len({(g.ops, g.mode) for g in groups}) == len(groups)
+    for g in groups:
+        assert check_group(graph, g.ops, g.mode, config) == []
+    singles = [g.ops[0] for g in groups if g.mode is Mode.SINGLE]
+    assert singles == [op.name for op in graph.ops]
+    edges = set(candidate_edges(graph, config))
+    assert all(graph.op(c).name in graph.successors(p) for p, c in edges)
+    for name in merge_candidates(graph, config):
+        assert graph.op(name).op_class.value == "LINEAR"
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=10), crossing_graphs()), configs)
+def test_greedy_is_legal_and_maximal(graph: Graph, config: PlannerConfig) -> None:
+    plan = greedy_plan(graph, config)
+    check_plan(graph, plan, config)
+    assert greedy_plan(graph, config) == plan  # deterministic
+    group_of = plan.group_of()
+    for p, c in candidate_edges(graph, config):
+        gp, gc = group_of[p], group_of[c]
+        if gp == gc:
+            continue
+        union = plan.groups[gp].ops + plan.groups[gc].ops
+        others = [g for k, g in enumerate(plan.groups) if k not in (gp, gc)]
+        for mode in (Mode.FUSED, Mode.MERGE, Mode.STREAM):
+            bigger = Plan.of(graph, [*others, Group(union, mode)])
+            assert not _legal(graph, bigger, config), f"edge {p}->{c} could still be fused"
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=10), crossing_graphs()), configs, st.data())
+def test_plan_from_edges_is_legal_for_any_edge_subset(
+    graph: Graph, config: PlannerConfig, data: st.DataObject
+) -> None:
+    edges = candidate_edges(graph, config)
+    chosen = data.draw(st.lists(st.sampled_from(edges), unique=True) if edges else st.just([]))
+    merges = merge_candidates(graph, config)
+    choices = {m: data.draw(st.sampled_from([True, False, "merge", "stream"])) for m in merges}
+    plan = plan_from_edges(graph, chosen, choices, config)
+    check_plan(graph, plan, config)
+    assert plan_from_edges(graph, chosen, choices, config) == plan
+    # every group is joined only through chosen edges
+    chosen_set = set(chosen)
+    for g in plan.groups:
+        if len(g.ops) > 1:
+            inner = {(p, c) for p, c in edges if p in g.ops and c in g.ops}
+            assert inner & chosen_set
+    # all candidate edges chosen and every merge allowed where legal reproduces no fewer groups
+    # than greedy can reach
+    assert plan_from_edges(graph, [], None, config) == unfused_plan(graph)
+
+
+@PROPS
+@given(dag_graphs(max_ops=10), configs, st.integers(0, 2**32 - 1))
+def test_random_plan_legal_and_json_round_trip(
+    graph: Graph, config: PlannerConfig, seed: int
+) -> None:
+    plan = random_plan(graph, np.random.default_rng(seed), config)
+    check_plan(graph, plan, config)
+    again = Plan.from_json(plan.to_json(), graph)
+    if _legal(graph, plan, PlannerConfig()):  # from_json checks the default config
+        assert again == plan and again.hash == plan.hash
+    assert random_plan(graph, np.random.default_rng(seed), config) == plan
+
+
+# ---- Plan.from_json errors (fixed graph) ------------------------------------------------------
+def _fc_relu_fc() -> Graph:
+    b = GraphBuilder("frf")
+    x = b.relu(b.gemm(b.input("x", (1, 8)), 8, name="fc1"), name="relu")
+    b.gemm(x, 8, name="fc2")
+    return b.build()
+
+
+def _json(groups: list[dict[str, object]]) -> str:
+    return json.dumps({"groups": groups})
+
+
+@pytest.mark.parametrize(
+    ("groups", "match"),
+    [
+        ([{"ops": ["fc1"]}, {"ops": ["relu"]}, {"ops": ["fc3"]}], r"'fc3'.*did you mean 'fc2'"),
+        ([{"ops": ["fc1", "relu"]}, {"ops": ["relu", "fc2"]}], r"'relu' is in two groups"),
+        ([{"ops": ["fc1"]}, {"ops": ["relu"]}], r"1 op\(s\) are in no group: fc2"),
+        ([{"ops": ["fc1", "relu", "fc2"], "mode": "merge"}], r"rule 2 \(nonlinear\).*'relu'"),
+        ([{"ops": ["fc1", "fc2"], "mode": "stream"}, {"ops": ["relu"]}], r"rule 1 \(convex\)"),
+        ([{"ops": ["fc1", "relu"], "mode": "fast"}, {"ops": ["fc2"]}], r"mode 'fast'"),
+    ],
+)
+def test_from_json_errors(groups: list[dict[str, object]], match: str) -> None:
+    with pytest.raises(IllegalPlanError, match=match):
+        Plan.from_json(_json(groups), _fc_relu_fc())
+
+
+def test_from_json_round_trip_and_canonical_order() -> None:
+    g = _fc_relu_fc()
+    text = _json([{"ops": ["fc2"]}, {"ops": ["relu", "fc1"], "mode": "fused"}])
+    plan = Plan.from_json(text, g)
+    assert plan.to_json() == (
+        '{"groups":[{"ops":["fc1","relu"],"mode":"fused"},{"ops":["fc2"],"mode":"single"}]}'
+    )
+    assert Plan.from_json(plan.to_json(), g).hash == plan.hash
