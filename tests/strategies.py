@@ -12,15 +12,13 @@ sometimes an inner tensor too (so fan-out to the graph output is exercised).
 
 Usage::
 
-    from tests.strategies import dag_graphs
+    from strategies import dag_graphs  # pytest puts tests/ on sys.path
 
     @given(dag_graphs(max_ops=7))
     def test_something(graph): ...
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 from hypothesis import strategies as st
@@ -70,22 +68,22 @@ FUSABLE_UNARY = ("conv1x1", "conv3x3", "bn", "mul_const", "relu", "maxpool", "re
 
 
 @st.composite
-def crossing_graphs(draw: Callable[..., object], max_extra: int = 2) -> Graph:
+def crossing_graphs(draw: st.DrawFn, max_extra: int = 2) -> Graph:
     """Two ops on one tensor whose outputs both feed two Adds, plus a few random ops after.
 
     ``x1, y1 = f(t), g(t); x2 = x1 + y1; y2 = y1 + x1``: the groups {x1, y2} and {y1, x2}
     are each convex, but together they form a cycle of groups.
     """
     seed = draw(st.integers(0, 2**16))
-    b = GraphBuilder("crossing", seed=int(seed))  # type: ignore[call-overload]
+    b = GraphBuilder("crossing", seed=int(seed))
     t = b.input("x", (1, CHANNELS, SIDE, SIDE))
     if draw(st.booleans()):
         t = _unary(b, str(draw(st.sampled_from(FUSABLE_UNARY))), t)
     x1 = _unary(b, str(draw(st.sampled_from(FUSABLE_UNARY))), t)
     y1 = _unary(b, str(draw(st.sampled_from(FUSABLE_UNARY))), t)
     tensors = [b.add(x1, y1), b.add(y1, x1)]
-    for _ in range(int(draw(st.integers(0, max_extra)))):  # type: ignore[call-overload]
-        a = tensors[draw(st.integers(0, len(tensors) - 1))]  # type: ignore[index]
+    for _ in range(int(draw(st.integers(0, max_extra)))):
+        a = tensors[draw(st.integers(0, len(tensors) - 1))]
         tensors.append(_unary(b, str(draw(st.sampled_from(FUSABLE_UNARY))), a))
     b.output(*tensors)
     return b.build()
@@ -93,7 +91,7 @@ def crossing_graphs(draw: Callable[..., object], max_extra: int = 2) -> Graph:
 
 @st.composite
 def dag_graphs(
-    draw: Callable[..., object],
+    draw: st.DrawFn,
     min_ops: int = 1,
     max_ops: int = 7,
     kinds: tuple[str, ...] = WEIGHTED_KINDS,
@@ -101,17 +99,17 @@ def dag_graphs(
     """A random, linted DAG of ``min_ops``..``max_ops`` ops drawn from ``kinds``."""
     n_ops = draw(st.integers(min_ops, max_ops))
     seed = draw(st.integers(0, 2**16))
-    b = GraphBuilder("random_dag", seed=int(seed))  # type: ignore[call-overload]
+    b = GraphBuilder("random_dag", seed=int(seed))
     tensors = [b.input("x", (1, CHANNELS, SIDE, SIDE))]
     read: set[str] = set()
     last_pair: tuple[str, str] | None = None
-    for _ in range(int(n_ops)):  # type: ignore[call-overload]
+    for _ in range(int(n_ops)):
         kind = draw(st.sampled_from(kinds))
         # prefer recent tensors (chains), sometimes reach back (fan-out, diamonds)
         pick = st.integers(0, len(tensors) - 1).map(lambda i: len(tensors) - 1 - i)
-        a = tensors[draw(pick)]  # type: ignore[index]
+        a = tensors[draw(pick)]
         if kind in BINARY_KINDS:
-            c = tensors[draw(pick)]  # type: ignore[index]
+            c = tensors[draw(pick)]
             if last_pair and draw(st.booleans()):
                 c, a = last_pair  # cross the previous binary op's inputs (quotient cycles)
             y = b.add(a, c) if kind == "add" else b.op("MatMul", [a, c])
@@ -123,7 +121,7 @@ def dag_graphs(
         tensors.append(y)
     outputs = [t for t in tensors[1:] if t not in read]
     if draw(st.booleans()) and len(tensors) > 2:
-        extra = tensors[draw(st.integers(1, len(tensors) - 1))]  # type: ignore[index]
+        extra = tensors[draw(st.integers(1, len(tensors) - 1))]
         if extra not in outputs:
             outputs.append(extra)
     b.output(*outputs)

@@ -73,6 +73,7 @@ def test_enumerated_plans_are_legal_partitions_without_duplicates(
     names = sorted(op.name for op in graph.ops)
     for plan in enumerate_plans(graph, limit, config):
         check_plan(graph, plan, config)
+        assert plan == Plan.of(graph, plan.groups)  # canonical order
         covered = sorted(op for g in plan.groups for op in g.ops)
         assert covered == names
         assert plan.to_json() not in seen
@@ -144,7 +145,8 @@ def test_plan_from_edges_is_legal_for_any_edge_subset(
     edges = candidate_edges(graph, config)
     chosen = data.draw(st.lists(st.sampled_from(edges), unique=True) if edges else st.just([]))
     merges = merge_candidates(graph, config)
-    choices = {m: data.draw(st.sampled_from([True, False, "merge", "stream"])) for m in merges}
+    options: list[bool | str] = [True, False, "merge", "stream"]
+    choices = {m: data.draw(st.sampled_from(options)) for m in merges}
     plan = plan_from_edges(graph, chosen, choices, config)
     check_plan(graph, plan, config)
     assert plan_from_edges(graph, chosen, choices, config) == plan
@@ -208,3 +210,18 @@ def test_from_json_round_trip_and_canonical_order() -> None:
         '{"groups":[{"ops":["fc1","relu"],"mode":"fused"},{"ops":["fc2"],"mode":"single"}]}'
     )
     assert Plan.from_json(plan.to_json(), g).hash == plan.hash
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=8), crossing_graphs()), configs)
+def test_explain_gives_a_reason_for_every_edge(graph: Graph, config: PlannerConfig) -> None:
+    from fusiontune.planner.explain import explain
+
+    items = explain(graph, config)
+    pairs = {(p, c) for p in (op.name for op in graph.ops) for c in graph.successors(p)}
+    assert {(e.producer, e.consumer) for e in items} == pairs
+    fusable = set(candidate_edges(graph, config))
+    for e in items:
+        assert e.fusable == ((e.producer, e.consumer) in fusable)
+        assert e.patterns or e.refusals, f"{e.producer}->{e.consumer}: no pattern, no reason"
+        assert set(e.patterns) <= config.patterns

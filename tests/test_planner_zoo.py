@@ -118,7 +118,8 @@ def test_resnet18_train_never_merges_batch_stats() -> None:
 # ---- CLI --------------------------------------------------------------------------------------
 def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
     assert main(["plans", *argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+    report: dict[str, object] = json.loads(capsys.readouterr().out)
+    return report
 
 
 def test_cli_plans_json_and_count(capsys: pytest.CaptureFixture[str]) -> None:

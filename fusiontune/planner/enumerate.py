@@ -157,11 +157,9 @@ def enumerate_plans(
             continue
         path.append(move)
         if nxt[0] >= n:
-            for modes in itertools.product(*(m.modes for m in path)):
-                groups = [
-                    Group(tuple(names[i] for i in m.members), mode) for m, mode in zip(path, modes)
-                ]
-                yield Plan.of(graph, groups)
+            # groups come in order of their first op, ops sorted: already canonical
+            for groups in itertools.product(*(m.groups for m in path)):
+                yield Plan(groups)
                 produced += 1
                 if limit is not None and produced >= limit:
                     return

@@ -9,6 +9,23 @@ Rule numbers follow DESIGN §5. Rule 7 (capacity) belongs to the simulator
 (``fusiontune.sim.needs``). Number 0 is used for refusals that are not one of the numbered
 rules: the mode does not fit the group (``mode``), or no enabled fusion pattern has this
 shape (``pattern``).
+
+What each mode admits (every group: connected over activation edges, convex, no OPAQUE
+op unless alone, at most ``max_group_size`` ops):
+
+- ``fused`` (>= 2 ops, <= 1 LINEAR): P1 ops (AFFINE, ELEMWISE, BINARY, LAYOUT, STATS) around
+  at most one anchor, a LINEAR or a WINDOW, before or after it (prologues included:
+  BN -> padded Conv fuses, it is not folded); at most one WINDOW, and with a LINEAR it must
+  follow it (P2). STATS ops are two-pass members. Outputs read outside are written.
+- ``merge`` (P3, >= 2 LINEAR): one path FC (AFFINE|LAYOUT)* FC ... starting at its first
+  LINEAR, every LINEAR FC-like, AFFINE constants scalar or per-feature, LAYOUT ops keeping
+  the feature axis, no intermediate read outside or a graph output; then an optional P1
+  epilogue after the last LINEAR.
+- ``stream`` (P4, >= 2 LINEAR): any such group; each WINDOW follows some LINEAR (P2).
+  Intermediates read outside are written, not refused.
+
+Pattern ablation: P1-class members need P1, a WINDOW after a LINEAR needs P2, merge needs
+P3, stream needs P4.
 """
 
 from __future__ import annotations
@@ -450,11 +467,14 @@ def check_group(
     return view_refusals(view, Mode(mode))
 
 
-def check_plan(graph: Graph, plan: Plan, config: PlannerConfig | None = None) -> None:
+def check_plan(
+    graph: Graph, plan: Plan, config: PlannerConfig | None = None, source: str = "plan"
+) -> None:
     """Raise :class:`IllegalPlanError` unless ``plan`` is a legal plan of ``graph``.
 
     Checks: every op in exactly one group; every group legal in its mode; the quotient graph
     of groups is acyclic (two convex groups can still depend on each other both ways).
+    Messages start with ``source`` (a file name, or "plan") and name the rule and the ops.
     """
     ix = graph_index(graph)
     cfg = _config(config)
@@ -462,35 +482,35 @@ def check_plan(graph: Graph, plan: Plan, config: PlannerConfig | None = None) ->
     group_of = [-1] * ix.n
     for g_id, group in enumerate(plan.groups):
         if not group.ops:
-            raise IllegalPlanError(f"plan: groups[{g_id}] is empty")
+            raise IllegalPlanError(f"{source}: groups[{g_id}] is empty")
         for name in group.ops:
             if name not in pos:
                 raise IllegalPlanError(
-                    f"plan: groups[{g_id}] names op '{name}', not in graph '{graph.name}'"
+                    f"{source}: groups[{g_id}] names op '{name}', not in graph '{graph.name}'"
                 )
             if group_of[pos[name]] >= 0:
                 raise IllegalPlanError(
-                    f"plan: op '{name}' is in two groups (groups[{group_of[pos[name]]}] "
+                    f"{source}: op '{name}' is in two groups (groups[{group_of[pos[name]]}] "
                     f"and groups[{g_id}])"
                 )
             group_of[pos[name]] = g_id
     missing = [ix.names[i] for i in range(ix.n) if group_of[i] < 0]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        raise IllegalPlanError(f"plan: {len(missing)} op(s) are in no group: {shown}")
+        raise IllegalPlanError(f"{source}: {len(missing)} op(s) are in no group: {shown}")
     for g_id, group in enumerate(plan.groups):
         view = GroupView.of(ix, (pos[n] for n in group.ops), cfg)
         refusals = view_refusals(view, group.mode, first_only=True)
         if refusals:
             raise IllegalPlanError(
-                f"plan: groups[{g_id}] ({', '.join(group.ops)}; mode {group.mode.value}) "
+                f"{source}: groups[{g_id}] ({', '.join(group.ops)}; mode {group.mode.value}) "
                 f"breaks {refusals[0]}"
             )
     cycle = quotient_cycle(ix, group_of)
     if cycle:
         names = " -> ".join("{" + ", ".join(plan.groups[g].ops) + "}" for g in cycle)
         raise IllegalPlanError(
-            f"plan: rule 1 (convex): groups depend on each other in a cycle: {names}"
+            f"{source}: rule 1 (convex): groups depend on each other in a cycle: {names}"
         )
 
 

@@ -1,7 +1,7 @@
 """Plans: a partition of a graph's ops into fusion groups (DESIGN §5, last paragraph).
 
 A :class:`Group` lists its ops (by name, topological order) and its :class:`Mode`. A
-:class:`Plan` lists its groups in topological order. The canonical JSON
+:class:`Plan` lists its groups ordered by first op (see :meth:`Plan.of`). The canonical JSON
 ``{"groups": [{"ops": [...], "mode": "..."}]}`` gives a stable hash used for
 de-duplication and storage. Legality is checked by :func:`fusiontune.planner.check_plan`.
 """
@@ -20,6 +20,7 @@ from fusiontune.errors import IllegalPlanError
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
+    from fusiontune.planner.candidates import PlannerConfig
 
 
 class Mode(str, Enum):
@@ -64,7 +65,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Plan:
-    """A partition of all ops of a graph into groups, in topological order of groups."""
+    """A partition of all ops of a graph into groups, ordered by their first op."""
 
     groups: tuple[Group, ...]
 
@@ -74,7 +75,13 @@ class Plan:
     @classmethod
     def of(cls, graph: Graph, groups: Iterable[Group]) -> Plan:
         """Canonical plan: ops sorted topologically inside each group, groups ordered by
-        their first op (a valid order whenever the plan is legal)."""
+        their first op.
+
+        The canonical order is not always an execution order: a legal group ``{a, c}`` may
+        need the output of a group ``{b}`` listed after it (``a < b < c``, ``b -> c``). An
+        executor sorts the groups topologically (the quotient graph of a legal plan is
+        acyclic).
+        """
         idx = graph.op_index
         canon = [Group(tuple(sorted(g.ops, key=idx.__getitem__)), g.mode) for g in groups]
         canon.sort(key=lambda g: idx[g.ops[0]])
@@ -103,8 +110,17 @@ class Plan:
         return {op: i for i, g in enumerate(self.groups) for op in g.ops}
 
     @classmethod
-    def from_dict(cls, data: Any, graph: Graph, source: str = "plan") -> Plan:
-        """Build and validate a plan; raise :class:`IllegalPlanError` naming what is wrong."""
+    def from_dict(
+        cls, data: Any, graph: Graph, source: str = "plan", config: PlannerConfig | None = None
+    ) -> Plan:
+        """Build and validate a plan; raise :class:`IllegalPlanError` naming what is wrong.
+
+        Args:
+            data: ``{"groups": [{"ops": [...], "mode": ...}, ...]}``.
+            graph: the graph the plan partitions.
+            source: where the data came from (file name), for messages.
+            config: planner configuration the plan must satisfy (default: the default one).
+        """
         if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
             raise IllegalPlanError(f"{source}: expected an object with a 'groups' list")
         groups: list[Group] = []
@@ -145,18 +161,20 @@ class Plan:
         plan = cls.of(graph, groups)
         from fusiontune.planner.legality import check_plan
 
-        check_plan(graph, plan)
+        check_plan(graph, plan, config, source=source)
         return plan
 
     @classmethod
-    def from_json(cls, text: str, graph: Graph, source: str = "plan") -> Plan:
+    def from_json(
+        cls, text: str, graph: Graph, source: str = "plan", config: PlannerConfig | None = None
+    ) -> Plan:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise IllegalPlanError(
                 f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})"
             ) from exc
-        return cls.from_dict(data, graph, source)
+        return cls.from_dict(data, graph, source, config)
 
 
 def singleton_plan(graph: Graph, names: Sequence[str] | None = None) -> Plan:

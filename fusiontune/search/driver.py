@@ -179,8 +179,20 @@ class Problem:
         return out
 
     def greedy_params(self) -> dict[str, Any]:
-        """Parameters of the 'fuse every candidate edge' assignment (enqueued first)."""
-        return {edge_param(e): 1 for e in self.edges}
+        """Parameters that describe ``greedy_plan`` (enqueued as the first trial, so the search
+        starts from the greedy baseline): an edge is fused when both ends share a group, a
+        chain takes the mode of the group holding its first op."""
+        from fusiontune.planner.baselines import greedy_plan
+
+        plan = greedy_plan(self.graph, self.config)
+        group_of = plan.group_of()
+        params: dict[str, Any] = {
+            edge_param(e): int(group_of[e[0]] == group_of[e[1]]) for e in self.edges
+        }
+        for key in self.merge_keys:
+            mode = plan.groups[group_of[key]].mode.value
+            params[f"mode:{key}"] = mode if mode in MODE_CHOICES else MODE_CHOICES[0]
+        return params
 
     def decode(self, trial: optuna.trial.Trial) -> tuple[Plan, HardwareConfig]:
         """Sample the trial's variables and repair them into a legal plan."""
