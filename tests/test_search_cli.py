@@ -25,9 +25,8 @@ def test_search_then_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     ):
         assert word in out
     folder = tmp_path / "mlp_linear"
-    assert {"trials.parquet", "groups.parquet", "best_plan.json", "study.db"} <= {
-        p.name for p in folder.iterdir()
-    }
+    names = {"trials.parquet", "groups.parquet", "best_plan.json", "optimal_plan.json", "study.db"}
+    assert names <= {p.name for p in folder.iterdir()}
     assert main(argv) == 2  # the study exists: refuse without --resume
     assert "pass --resume" in capsys.readouterr().err
     assert main([*argv[:3], "12", *argv[4:], "--resume"]) == 0
@@ -79,3 +78,14 @@ def test_pareto_mask() -> None:
 
     pts = [[1, 5], [2, 2], [3, 3], [5, 1], [1, 5]]
     assert list(pareto_mask(pts)) == [True, True, False, True, True]
+
+
+def test_search_an_onnx_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.frontend.onnx_export import to_onnx
+
+    path = tmp_path / "lenet.onnx"
+    to_onnx(load_model("lenet5"), path)
+    argv = ["search", str(path), "--trials", "8", "--workers", "1", "--study", "onnx"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    assert "best / proven optimum (traffic): 1.0000" in capsys.readouterr().out

@@ -106,3 +106,20 @@ def test_overrides_are_validated() -> None:
     assert (space.objective, space.sampler, space.trials) == ("energy", "random", 7)
     with pytest.raises(ConfigError, match="--objective: objective 'speed' is not allowed"):
         with_overrides(load_space(), objective="speed")
+
+
+def test_knob_values_the_hardware_refuses_fail_before_the_search(tmp_path: Path) -> None:
+    from fusiontune.search.api import search
+
+    space = parse_space({"knobs": {"adc_bits": {"choices": [3, 8]}}}, source="spaces/adc.yaml")
+    with pytest.raises(ConfigError, match=r"^spaces/adc.yaml: knobs.adc_bits = 3: .*adc_bits"):
+        search("mlp_relu", space=space, out=tmp_path)
+    assert not (tmp_path / "mlp_relu" / "study.db").exists()
+
+
+def test_bruteforce_refuses_a_huge_grid(tmp_path: Path) -> None:
+    from fusiontune.search.api import search
+
+    points = 2**76  # resnet18 has 76 candidate fusion edges
+    with pytest.raises(ConfigError, match=f"^<default>: sampler bruteforce would walk {points} "):
+        search("resnet18", sampler="bruteforce", out=tmp_path)

@@ -121,25 +121,45 @@ class _Progress:
             self._bar.stop()
 
 
+BYTES_PER_MB = 1e6
+
+
 def _mb(value: Any) -> str:
-    return "-" if value is None else f"{float(value) / 1e6:,.3f} MB"
+    """Bytes for people: exact below one MB, MB with three decimals above."""
+    if value is None:
+        return "-"
+    if float(value) < BYTES_PER_MB:
+        return f"{float(value):,.0f} B"
+    return f"{float(value) / BYTES_PER_MB:,.3f} MB"
 
 
 def format_summary(summary: dict[str, Any]) -> str:
     """The end-of-search summary: best vs baselines vs optimum vs lower bound, and paths."""
     best = summary["best"]
     base = summary.get("baselines", {})
+    objective = summary["objective"]
+
+    def line(label: str, row: dict[str, Any]) -> str:
+        text = f"  {label:<18}traffic {_mb(row.get('traffic_bytes')):>14}"
+        values = row.get("values") or []
+        if objective != "traffic" and values:
+            shown = ", ".join(f"{v:.6g}" for v in values)
+            text += f"   {objective} {shown}"
+        return text
+
     lines = [
         f"study {summary['study']}: {summary['n_trials']} trials of {summary['model']} "
-        f"(objective {summary['objective']}, sampler {summary['sampler']})",
-        f"  best (trial {best['trial']}):  {_mb(best.get('traffic_bytes'))}"
+        f"(objective {objective}, sampler {summary['sampler']})",
+        line(f"best (trial {best['trial']}):", best)
         + ("" if best.get("feasible") else "  (INFEASIBLE)"),
     ]
     for name in ("unfused", "greedy", "exhaustive", "oracle"):
         if name in base:
-            label = "exact optimum" if name == "oracle" else name
-            lines.append(f"  {label + ':':<16}{_mb(base[name].get('traffic_bytes'))}")
-    lines.append(f"  {'lower bound:':<16}{_mb(best.get('lower_bound_bytes'))}")
+            label = f"{name}:"
+            if name == "oracle":  # with knobs, proven for the base hardware only
+                label = "optimum @ base hw:" if summary.get("knobs") else "exact optimum:"
+            lines.append(line(label, base[name]))
+    lines.append(f"  {'lower bound:':<18}traffic {_mb(best.get('lower_bound_bytes')):>14}")
     if "traffic_saved_vs_unfused" in summary:
         lines.append(
             f"  traffic saved vs unfused: {100 * summary['traffic_saved_vs_unfused']:.1f} %"
@@ -153,9 +173,19 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"  best traffic / traffic optimum: {summary['best_traffic_over_optimum']:.4f}"
         )
+    verified = summary.get("verify_best")
+    if verified:
+        verdict = "PASS" if verified["passed"] else "FAIL"
+        lines.append(
+            f"  verify best plan (fused kernels vs reference): {verdict}, "
+            f"max rel err {verified['max_rel_err']:.3g}"
+        )
     files = summary.get("files", {})
     if files:
         folder = os.path.dirname(files["trials"])
-        lines.append(f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json)")
+        lines.append(
+            f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json"
+            + (", optimal_plan.json)" if "optimum" in summary else ")")
+        )
         lines.append(f"  report:  fusiontune report {folder}")
     return "\n".join(lines)

@@ -87,6 +87,7 @@ def search(
     verify_best: bool = False,
     input_size: int | None = None,
     baselines: bool = True,
+    start_from_greedy: bool = True,
     on_record: Callable[[TrialRecord], None] | None = None,
 ) -> SearchResult:
     """Search fusion plans (and hardware knobs) for a model.
@@ -108,6 +109,7 @@ def search(
         verify_best: execute the best plan with the fused kernels and record the error.
         input_size: input resolution for zoo models.
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
+        start_from_greedy: make the greedy plan the first trial of a new study.
         on_record: called with each finished trial (progress bars).
     """
     from fusiontune import __version__
@@ -121,7 +123,9 @@ def search(
     name = study or graph.name
     out_dir = Path(out) / name
     out_dir.mkdir(parents=True, exist_ok=True)
-    store = open_study(name, storage_for(storage, out_dir), problem, seed, resume)
+    store = open_study(
+        name, storage_for(storage, out_dir), problem, seed, resume, start_from_greedy
+    )
 
     done = len(store.records())
     remaining = max(0, spc.trials - done)
@@ -169,6 +173,10 @@ def search(
     res.write_parquet(trials_df, out_dir / res.TRIALS_FILE)
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
     res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
+    oracle = base_records.get("oracle")
+    if oracle is not None:
+        optimal = _plan_of(oracle.plan_json).to_json(indent=2) + "\n"
+        res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
     return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
 

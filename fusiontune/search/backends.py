@@ -179,7 +179,22 @@ class SerialBackend(Backend):
         self._queue.clear()
 
 
-def _remote_evaluate(graph: Graph, tasks: list[EvalTask]) -> list[EvalOutcome]:
+_WORKER_GRAPHS: dict[str, Graph] = {}
+"""Graphs already fetched by this Ray worker process, by object id (at most one kept)."""
+
+
+def _remote_evaluate(graph_box: list[Any], tasks: list[EvalTask]) -> list[EvalOutcome]:
+    """Ray task body. The graph reference comes boxed in a list so Ray does not resolve it
+    for every task: each worker process fetches and deserialises the graph once, which
+    also keeps its group-cost cache (keyed by the graph) warm across tasks."""
+    import ray
+
+    ref = graph_box[0]
+    key = ref.hex()
+    graph = _WORKER_GRAPHS.get(key)
+    if graph is None:
+        _WORKER_GRAPHS.clear()
+        graph = _WORKER_GRAPHS[key] = ray.get(ref)
     return evaluate_batch(graph, tasks)
 
 
@@ -214,9 +229,18 @@ class RayBackend(Backend):
         if not ray.is_initialized():
             self._started_ray = True
             if self.address:
-                ray.init(address=self.address, runtime_env=_runtime_env(), log_to_driver=False)
+                try:
+                    ray.init(address=self.address, runtime_env=_runtime_env(), log_to_driver=False)
+                except ConnectionError as exc:
+                    from fusiontune.errors import ConfigError
+
+                    raise ConfigError(
+                        f"--address {self.address}: cannot join a Ray cluster there ({exc}); "
+                        "give the address `ray start --head` printed, or 'auto'"
+                    ) from exc
             else:
                 ray.init(
+                    address="local",  # a new local instance, never a stale default cluster
                     num_cpus=self.workers,
                     include_dashboard=False,
                     runtime_env=_runtime_env(),
@@ -228,7 +252,7 @@ class RayBackend(Backend):
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
 
     def submit(self, tasks: Sequence[EvalTask]) -> None:
-        ref = self._remote.remote(self._graph_ref, list(tasks))
+        ref = self._remote.remote([self._graph_ref], list(tasks))
         self._in_flight[ref] = list(tasks)
 
     def has_room(self) -> bool:

@@ -114,7 +114,7 @@ class Problem:
         return problem
 
     @property
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Any]:
         return ["minimize"] * self.space.n_objectives
 
     def check_sampler(self) -> None:
@@ -146,7 +146,7 @@ class Problem:
             values = knob.choices if knob.kind == "categorical" else (knob.low, knob.high)
             for value in values:
                 if knob.kind == "int":
-                    value = int(value)  # type: ignore[arg-type]
+                    value = int(value)
                 try:
                     self.base_hw.replace(**{knob.name: value})
                 except ConfigError as exc:
@@ -289,7 +289,7 @@ def _bruteforce_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return _bruteforce_class()(seed=seed)  # type: ignore[no-any-return]
+        return _bruteforce_class()(seed=seed)
 
 
 # ---- study -----------------------------------------------------------------------------------
@@ -381,9 +381,11 @@ def open_study(
     problem: Problem,
     seed: int | None,
     resume: bool,
+    start_from_greedy: bool = True,
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
-    finished ones replayed into the in-memory mirror the sampler works on."""
+    finished ones replayed into the in-memory mirror the sampler works on. A new study's
+    first trial is the greedy plan unless ``start_from_greedy`` is false."""
     import optuna
     from optuna.trial import TrialState
 
@@ -409,7 +411,8 @@ def open_study(
     )
     if name not in existing:
         persistent.set_user_attr("space", problem.space.to_dict())
-        memory.enqueue_trial(problem.greedy_params())
+        if start_from_greedy:
+            memory.enqueue_trial(problem.greedy_params())
         return StudyStore(persistent, memory, 0)
     if len(persistent.directions) != len(problem.directions):
         raise StorageError(
@@ -553,7 +556,7 @@ def run_trials(
 def _record(
     problem: Problem, number: int, plan: Plan, hw: HardwareConfig, outcome: EvalOutcome
 ) -> TrialRecord:
-    base = {
+    base: dict[str, Any] = {
         "trial": number,
         "plan_json": plan.to_json(),
         "plan_hash": plan.hash,

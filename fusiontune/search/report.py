@@ -21,7 +21,13 @@ REPORT_FILE = "report.md"
 FIG_SIZE_IN = (7.0, 4.0)
 """Figure size in inches (readable in a markdown viewer at 100 dpi)."""
 FIG_DPI = 100
-BASELINE_STYLES = {"unfused": "r--", "greedy": "m-.", "exhaustive": "g:", "oracle": "k-"}
+BASELINE_STYLES = {
+    "unfused": ("tab:red", "--"),
+    "greedy": ("tab:purple", "-."),
+    "exhaustive": ("tab:green", ":"),
+    "oracle": ("black", "-"),
+}
+"""Colour and line style of each baseline's horizontal line in history.png."""
 TOP_GROUPS = 30
 """Largest number of groups drawn per bar chart (the heaviest ones)."""
 
@@ -65,13 +71,10 @@ def _plot_history(result: SearchResult, path: Path) -> Path | None:
         )
     base = result.trials[result.trials["source"] != "search"]
     for row in base.itertuples(index=False):
-        ax.axhline(
-            row.value_0,
-            linestyle="-",
-            linewidth=1,
-            label=row.source,
-            color=BASELINE_STYLES.get(row.source, "c-")[0],
-        )
+        color, style = BASELINE_STYLES.get(row.source, ("tab:cyan", "-"))
+        label = "exact optimum" if row.source == "oracle" else row.source
+        ax.axhline(row.value_0, color=color, linestyle=style, linewidth=1, label=label)
+    ax.set_yscale("log")  # unfused is often 10x the optimum: keep the gap near it readable
     ax.set_xlabel("trial")
     ax.set_ylabel(f"objective ({result.summary.get('objective', '')}, first value)")
     ax.set_title(f"{result.summary.get('model', '')}: optimisation history")
@@ -141,7 +144,8 @@ def _plot_groups(result: SearchResult, path: Path) -> Path | None:
             range(len(top)), top["traffic_bytes"] / 1e6, color="b" if title == "best plan" else "r"
         )
         ax.set_xticks(range(len(top)))
-        ax.set_xticklabels([o.split(",")[0] for o in top["ops"]], rotation=90, fontsize=6)
+        ax.set_xticklabels([str(i) for i in top["group"]], fontsize=6)
+        ax.set_xlabel(f"group (the {min(TOP_GROUPS, len(g))} heaviest, in plan order)")
         ax.set_ylabel("traffic (MB)")
         ax.set_title(f"{title}: {len(g)} groups, {g['traffic_bytes'].sum() / 1e6:,.2f} MB")
     if len(panels) == 1:

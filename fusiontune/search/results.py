@@ -5,7 +5,8 @@ needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune versi
 ``groups``: one row per (plan, hardware, group) with the group's pattern, mode and costs.
 
 Files under ``<out>/<study>/``: ``trials.parquet``, ``groups.parquet``, ``best_plan.json``,
-``summary.json``; each written to a temporary file first and moved into place atomically.
+``summary.json`` and ``optimal_plan.json`` (the oracle's plan); each written to a temporary
+file first and moved into place atomically.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 TRIALS_FILE = "trials.parquet"
 GROUPS_FILE = "groups.parquet"
 BEST_PLAN_FILE = "best_plan.json"
+OPTIMAL_PLAN_FILE = "optimal_plan.json"
+"""The exact oracle's plan (additive objective, base hardware), when it ran."""
 SUMMARY_FILE = "summary.json"
 
 TIMING_COLUMNS = ("eval_s", "worker")
@@ -123,7 +126,7 @@ def groups_frame(
                 "plan_hash": plan_hash,
                 "hw_hash": hw_hash,
                 "group": i,
-                "ops": ",".join(group.ops),
+                "ops": "+".join(group.ops),
                 "n_ops": len(group.ops),
                 "pattern": group_pattern(graph, group),
                 "mode": group.mode.value,
@@ -176,7 +179,11 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 def write_text(text: str, path: Path) -> None:
     """Write a text file atomically."""
-    _atomic_write(path, lambda tmp: tmp.write_text(text))
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text)
+
+    _atomic_write(path, write)
 
 
 def load_results(directory: str | Path) -> SearchResult:

@@ -1,0 +1,315 @@
+"""Scale: plan evaluations per second serially and with 1 and 2 Ray workers, the per-task
+overheads, and a projection of a 64-core cluster run.
+
+Measured on resnet50 (224x224, 175 ops) with random legal plans (``random_plan``):
+
+1. **backend throughput**: the same plans pushed through the search's own backends
+   (``SerialBackend``; ``RayBackend`` with 1 and 2 workers, 4 plans per task, 2 batches in
+   flight per worker), two passes: ``cold`` (every worker's group-cost cache empty) and
+   ``warm`` (the same plans again);
+2. **overheads**: ``ray.init``, shipping the graph (``ray.put``), the round trip of an
+   empty Ray task, and the in-process cost of one plan evaluation (cold and warm);
+3. **driver cost**: wall seconds per trial of a full serial search (Optuna ask, plan repair,
+   evaluation, tell) for the random and tpe samplers, minus the evaluation itself.
+
+The projection for 64 cores combines them (``results/exp_scale.md``). Writes
+``results/exp_scale.csv`` and ``results/exp_scale.md``. Usage:
+``python experiments/exp_scale.py [--plans 400] [--model resnet50]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from exp_common import print_rows, write_outputs
+
+from fusiontune.frontend.zoo import build_zoo
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.baselines import random_plan
+from fusiontune.search.backends import (
+    DEFAULT_PLANS_PER_TASK,
+    Backend,
+    EvalTask,
+    RayBackend,
+    SerialBackend,
+)
+from fusiontune.sim.cost import clear_cache
+from fusiontune.sim.hardware import HardwareConfig, load_hardware
+
+MODEL = "resnet50"
+PRESET = "isaac_reram"
+DEFAULT_PLANS = 400
+NOOP_TASKS = 400  # empty Ray tasks timed for the per-task overhead
+DRIVER_TRIALS = 150  # trials of the serial searches timed for the driver cost
+DRIVER_SAMPLERS = ("random", "tpe")
+CLUSTER_CORES = 64  # the projection's target
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Throughput of one backend over one pass of the plans."""
+
+    backend: str
+    workers: int
+    cache: str
+    plans: int
+    seconds: float
+
+    @property
+    def evals_per_s(self) -> float:
+        return self.plans / self.seconds
+
+
+def _drain(backend: Backend, tasks: Sequence[EvalTask]) -> float:
+    """Push every task through ``backend`` (driver-style submit/wait loop); wall seconds."""
+    per = backend.plans_per_task
+    batches = [list(tasks[i : i + per]) for i in range(0, len(tasks), per)]
+    start = time.perf_counter()
+    done = 0
+    while batches or done < len(tasks):
+        while batches and backend.has_room():
+            backend.submit(batches.pop(0))
+        outcomes = backend.wait()
+        if not outcomes and not batches:
+            break
+        failed = [o.error for o in outcomes if o.failed]
+        if failed:
+            raise RuntimeError(f"evaluation failed: {failed[0]}")
+        done += len(outcomes)
+    return time.perf_counter() - start
+
+
+def backend_passes(
+    graph: Graph, tasks: Sequence[EvalTask], workers: Sequence[int]
+) -> tuple[list[Pass], dict[str, float]]:
+    """Cold and warm passes for the serial backend and a Ray backend per worker count;
+    also the Ray start-up times (``ray.init`` + ``ray.put`` of the graph) per worker count."""
+    passes: list[Pass] = []
+    startup: dict[str, float] = {}
+    clear_cache()
+    serial = SerialBackend()
+    serial.start(graph)
+    for cache in ("cold", "warm"):
+        passes.append(Pass("serial", 1, cache, len(tasks), _drain(serial, tasks)))
+    serial.close()
+    for w in workers:
+        ray_backend = RayBackend(workers=w)
+        start = time.perf_counter()
+        _start_local_ray(w)
+        ray_backend.start(graph)
+        startup[f"ray_start_{w}w_s"] = time.perf_counter() - start
+        try:
+            for cache in ("cold", "warm"):
+                seconds = _drain(ray_backend, tasks)
+                passes.append(Pass("ray", w, cache, len(tasks), seconds))
+            startup[f"noop_task_{w}w_s"] = noop_task_seconds(w)
+        finally:
+            ray_backend.close()
+            _stop_ray()
+    return passes, startup
+
+
+def _start_local_ray(workers: int) -> None:
+    """A private local Ray with ``workers`` CPUs. ``address="local"`` makes sure a cluster
+    someone else started on this machine (``ray start``) is never joined; the backend then
+    finds Ray running and uses it as is."""
+    import ray
+
+    from fusiontune.search.backends import _runtime_env
+
+    ray.init(
+        address="local",
+        num_cpus=workers,
+        include_dashboard=False,
+        runtime_env=_runtime_env(),
+        log_to_driver=False,
+    )
+
+
+def _stop_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _noop(tasks: list[Any]) -> list[Any]:
+    return tasks
+
+
+def noop_task_seconds(workers: int, n_tasks: int = NOOP_TASKS) -> float:
+    """Wall seconds per empty Ray task with ``workers`` in use (Ray must be running):
+    ``2 x workers`` in flight, as the backend keeps them."""
+    import ray
+
+    remote = ray.remote(num_cpus=1, max_retries=0)(_noop)
+    ray.get([remote.remote([]) for _ in range(workers)])  # warm the worker processes
+    in_flight = []
+    start = time.perf_counter()
+    submitted = 0
+    while submitted < n_tasks or in_flight:
+        while submitted < n_tasks and len(in_flight) < 2 * workers:
+            in_flight.append(remote.remote([]))
+            submitted += 1
+        _, in_flight = ray.wait(in_flight, num_returns=1)
+    return (time.perf_counter() - start) / n_tasks
+
+
+def driver_seconds(graph: Graph, sampler: str, trials: int = DRIVER_TRIALS) -> dict[str, Any]:
+    """Per-trial wall time of a full serial search, and the part spent evaluating."""
+    from fusiontune.search.api import search
+    from fusiontune.search.space import parse_space
+
+    space = parse_space(
+        {"hardware": PRESET, "objective": "traffic", "sampler": sampler, "trials": trials},
+        source="exp_scale",
+    )
+    records = []
+    clear_cache()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        search(graph, space=space, seed=0, out=out, baselines=False, on_record=records.append)
+    wall = time.perf_counter() - start
+    eval_s = sum(r.eval_s for r in records if r.duplicate_of < 0)
+    return {
+        "sampler": sampler,
+        "trials": len(records),
+        "wall_s": wall,
+        "s_per_trial": wall / len(records),
+        "eval_s_per_trial": eval_s / len(records),
+        "driver_s_per_trial": (wall - eval_s) / len(records),
+    }
+
+
+def make_tasks(graph: Graph, hw: HardwareConfig, n_plans: int, seed: int = 0) -> list[EvalTask]:
+    """``n_plans`` random legal plans as evaluation tasks."""
+    rng = np.random.default_rng(seed)
+    return [EvalTask(i, random_plan(graph, rng), hw) for i in range(n_plans)]
+
+
+def throughput_rows(passes: Sequence[Pass]) -> list[dict[str, Any]]:
+    """One row per pass, with the speed-up over the serial pass of the same cache state."""
+    serial = {p.cache: p.evals_per_s for p in passes if p.backend == "serial"}
+    return [
+        {
+            "backend": p.backend,
+            "workers": p.workers,
+            "cache": p.cache,
+            "plans": p.plans,
+            "seconds": p.seconds,
+            "evals_per_s": p.evals_per_s,
+            "ms_per_eval": 1e3 * p.seconds / p.plans,
+            "vs_serial": p.evals_per_s / serial[p.cache],
+        }
+        for p in passes
+    ]
+
+
+def projection(
+    rows: Sequence[dict[str, Any]], overheads: dict[str, float], drivers: Sequence[dict]
+) -> list[str]:
+    """The written 64-core projection, every number taken from the measurements."""
+    serial = {r["cache"]: r for r in rows if r["backend"] == "serial"}
+    cold_ms, warm_ms = serial["cold"]["ms_per_eval"], serial["warm"]["ms_per_eval"]
+    task_ms = 1e3 * overheads.get("noop_task_1w_s", float("nan"))
+    start_s = overheads.get("ray_start_2w_s", float("nan"))
+    lines = [
+        f"Serial evaluation costs {cold_ms:.2f} ms per plan with a cold group-cost cache and "
+        f"{warm_ms:.3f} ms warm (resnet50, 175 ops). An empty Ray task round trip costs "
+        f"{task_ms:.2f} ms here; Ray start-up (ray.init + ray.put of the graph) "
+        f"{start_s:.1f} s.",
+    ]
+    for d in drivers:
+        lines.append(
+            f"Full serial search with the {d['sampler']} sampler: {d['s_per_trial'] * 1e3:.1f} "
+            f"ms per trial, of which {d['eval_s_per_trial'] * 1e3:.2f} ms evaluation and "
+            f"{d['driver_s_per_trial'] * 1e3:.1f} ms driver (Optuna ask/tell, plan repair, "
+            f"records): at most {1 / d['driver_s_per_trial']:.0f} trials/s from one driver, "
+            "whatever the number of workers."
+        )
+    ray1 = {r["cache"]: r for r in rows if r["backend"] == "ray" and r["workers"] == 1}
+    if ray1:
+        extra_ms = ray1["warm"]["ms_per_eval"] - warm_ms
+        lines.append(
+            f"Through Ray each plan costs {ray1['cold']['ms_per_eval']:.2f} ms cold and "
+            f"{ray1['warm']['ms_per_eval']:.2f} ms warm on one worker: {extra_ms:.2f} ms per "
+            "plan more than in-process, more than the empty-task round trip divided by "
+            f"{DEFAULT_PLANS_PER_TASK} plans per task, because every outcome carries one dict "
+            "per group of the plan, pickled back to the driver."
+        )
+        for cache in ("cold", "warm"):
+            cap = CLUSTER_CORES / (ray1[cache]["ms_per_eval"] / 1e3)
+            lines.append(
+                f"64-core evaluation capacity ({cache} caches, per-plan cost as measured "
+                f"through Ray here): 64 / {ray1[cache]['ms_per_eval']:.2f} ms = "
+                f"{cap:,.0f} evaluations/s."
+            )
+    slowest = max(drivers, key=lambda d: d["driver_s_per_trial"]) if drivers else None
+    if slowest is not None:
+        lines.append(
+            "Projection: one study on 64 cores is bound by its single Optuna driver, not by "
+            f"evaluation (the driver's {1 / slowest['driver_s_per_trial']:.0f}-"
+            f"{max(1 / d['driver_s_per_trial'] for d in drivers):.0f} trials/s is far below the "
+            "cluster's evaluation capacity), so more workers do not speed one analytic study "
+            "up; here Ray with 2 workers is even slower than serial because shipping a plan "
+            "and its per-group outcome costs more than evaluating it, and the 2 cores are "
+            "shared with the driver. A 64-core run pays off as (a) many "
+            "independent studies at once (one per model x hardware preset or co-design "
+            "point, each with its own driver: near-linear, 64 x "
+            f"{1 / slowest['s_per_trial']:.0f}-{max(1 / d['s_per_trial'] for d in drivers):.0f}"
+            " = "
+            f"{CLUSTER_CORES / slowest['s_per_trial']:,.0f}-"
+            f"{max(CLUSTER_CORES / d['s_per_trial'] for d in drivers):,.0f} trials/s in total, "
+            "minus Ray start-up once), or (b) expensive evaluations (verify/execute with the "
+            "numeric kernels, seconds per plan) where the per-task overhead is negligible "
+            "and throughput scales with workers until the driver's rate above is reached."
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--plans", type=int, default=DEFAULT_PLANS)
+    args = parser.parse_args()
+    graph = build_zoo(args.model)
+    hw = load_hardware(PRESET)
+    tasks = make_tasks(graph, hw, args.plans)
+    passes, overheads = backend_passes(graph, tasks, workers=(1, 2))
+    rows = throughput_rows(passes)
+    drivers = [driver_seconds(graph, s) for s in DRIVER_SAMPLERS]
+    overhead_rows = [{"quantity": k, "seconds": v} for k, v in overheads.items()]
+    print_rows("Evaluation throughput", rows)
+    print_rows("Overheads", overhead_rows)
+    print_rows("Driver cost per trial (serial search)", drivers)
+    text = projection(rows, overheads, drivers)
+    for line in text:
+        print("-", line)
+    notes = [
+        f"Model {graph.name} at 224x224 ({len(graph.ops)} ops), preset {PRESET}, "
+        f"{args.plans} random legal plans; Ray backends with {DEFAULT_PLANS_PER_TASK} plans "
+        "per task and 2 batches in flight per worker, local Ray on this 2-core machine shared "
+        "with other jobs (numbers are indicative). cold: every process's group-cost cache "
+        "starts empty; warm: the same plans a second time.",
+        *text,
+    ]
+    write_outputs(
+        "scale",
+        "Scale: evaluations per second, overheads and a 64-core projection",
+        [
+            ("Evaluation throughput", rows),
+            ("Overheads", overhead_rows),
+            ("Driver cost per trial", drivers),
+        ],
+        notes,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Smoke tests of the experiment scripts (experiments/exp_*.py) on tiny models.
+
+Each script's core function runs on a model small enough for seconds, and the tests check
+the table structure and relations that must hold whatever the numbers (fused <= unfused,
+optimum >= lower bound, more patterns never worse, more buffer never worse), plus exact
+byte counts where they can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def _load(name: str) -> ModuleType:
+    """Import ``experiments/<name>.py`` (the scripts import their helper ``exp_common``)."""
+    if str(EXPERIMENTS) not in sys.path:
+        sys.path.insert(0, str(EXPERIMENTS))
+    return importlib.import_module(name)
+
+
+# ---- exp_common ---------------------------------------------------------------------------
+def test_write_outputs_writes_csv_per_section_and_one_markdown(tmp_path: Path) -> None:
+    common = _load("exp_common")
+    rows = [{"a": 1, "b": 2.5}, {"a": 1234567, "b": None}]
+    paths = common.write_outputs("t", "Title", [("one", rows), ("two", rows)], ["n1"], tmp_path)
+    assert [p.name for p in paths] == ["exp_t.csv", "exp_t_2.csv", "exp_t.md"]
+    assert (tmp_path / "exp_t.csv").read_text().splitlines() == ["a,b", "1,2.5", "1234567,"]
+    md = (tmp_path / "exp_t.md").read_text()
+    assert "| a | b |" in md and "| 1,234,567 |  |" in md and "- n1" in md
+
+
+# ---- exp_alwani ---------------------------------------------------------------------------
+ALWANI_SIDE = 32  # vgg19 at 32x32: the same 12 ops, maps 32/16/8 wide
+
+
+def test_alwani_bytes_match_hand_counts() -> None:
+    exp = _load("exp_alwani")
+    r = exp.run(input_size=ALWANI_SIDE)
+    act = 4  # act_bits=32
+    assert r.ops == (
+        "conv1", "conv1.relu", "conv2", "conv2.relu", "pool1", "conv3", "conv3.relu",
+        "conv4", "conv4.relu", "pool2", "conv5", "conv5.relu",
+    )  # fmt: skip
+    s1, s2, s3 = ALWANI_SIDE, ALWANI_SIDE // 2, ALWANI_SIDE // 4
+    image, out = 3 * s1 * s1, 256 * s3 * s3
+    assert r.fused_bytes == (image + out) * act
+    c1, c2, c3 = 64 * s1 * s1, 128 * s2 * s2, 256 * s3 * s3
+    assert r.paper_baseline_bytes == (image + 2 * c1 + 2 * c1 + 2 * c2 + 2 * c2 + c3) * act
+    # line buffers: 3 rows before each 3x3 conv, 2 rows before each 2x2 pool (full width)
+    lines = 3 * 64 * s1 + 2 * 64 * s1 + 3 * 64 * s2 + 3 * 128 * s2 + 2 * 128 * s2 + 3 * 128 * s3
+    assert r.line_buffer_bytes == lines * act
+    # paper-style reuse: k0-1 = 2 rows before each 3x3 conv inside the group, none for pools
+    assert r.overlap_rows_bytes == 2 * (64 * s1 + 64 * s2 + 128 * s2 + 128 * s3) * act
+    assert r.fused_bytes < r.layerwise_bytes < r.paper_baseline_bytes < r.unfused_bytes
+    assert r.feasible and r.hw.act_bits == 32
+
+
+def test_alwani_table_has_paper_and_ours_columns() -> None:
+    exp = _load("exp_alwani")
+    result = exp.run(input_size=ALWANI_SIDE)
+    rows = exp.table(result)
+    assert len(rows) == 7
+    assert list(rows[0]) == [
+        "quantity", "source", "paper", "ours_bytes", "ours_KB", "ours_KiB", "ours_MB",
+        "ours_MiB", "ours_ratio",
+    ]  # fmt: skip
+    fused = next(r for r in rows if r["quantity"].startswith("fused"))
+    assert fused["ours_MiB"] == pytest.approx(result.fused_bytes / 2**20, rel=1e-12)
+    reduction = rows[-1]["ours_ratio"]
+    assert -1.0 < reduction < 0.0
+    assert len(exp.notes(result)) >= 6
+
+
+# ---- exp_zoo ------------------------------------------------------------------------------
+ZOO_MODELS = [("lenet5", 32), ("mlp_linear", 784)]
+
+
+@pytest.fixture(scope="module")
+def zoo_tables() -> tuple[list[dict], list[dict]]:
+    exp = _load("exp_zoo")
+    return exp.run(ZOO_MODELS, exp.PRESETS, trials=8)
+
+
+def test_zoo_plan_rows_are_ordered_by_quality(zoo_tables: tuple[list[dict], list[dict]]) -> None:
+    plans, _ = zoo_tables
+    for model, _size in ZOO_MODELS:
+        for preset in ("isaac_reram", "sram_edge"):
+            rows = {r["plan"]: r for r in plans if r["model"] == model and r["preset"] == preset}
+            assert {"unfused", "greedy", "oracle", "lower_bound"} <= set(rows)
+            unfused, oracle, bound = rows["unfused"], rows["oracle"], rows["lower_bound"]
+            assert oracle["feasible"]
+            assert bound["traffic_bytes"] <= oracle["traffic_bytes"] <= unfused["traffic_bytes"]
+            if "best_found" in rows:  # a search never beats the proven optimum
+                assert rows["best_found"]["feasible"]
+                assert rows["best_found"]["traffic_bytes"] >= oracle["traffic_bytes"]
+            assert unfused["traffic_vs_unfused"] == 1.0
+    # lenet5 on ISAAC: everything fuses down to the compulsory traffic (image in, logits out)
+    lenet = {r["plan"]: r for r in plans if r["model"] == "lenet5" and r["preset"] == "isaac_reram"}
+    assert lenet["oracle"]["traffic_bytes"] == lenet["lower_bound"]["traffic_bytes"] == 32 * 32 + 10
+
+
+def test_zoo_ablation_never_gets_worse_with_more_patterns(
+    zoo_tables: tuple[list[dict], list[dict]],
+) -> None:
+    exp = _load("exp_zoo")
+    _, ablation = zoo_tables
+    assert len(ablation) == len(ZOO_MODELS) * 2
+    labels = [label for label, _ in exp.ABLATIONS]
+    for row in ablation:
+        values = [row[f"{label}_bytes"] for label in labels]
+        assert all(v is not None for v in values)
+        assert values == sorted(values, reverse=True)
+        assert values[0] <= row["unfused_bytes"]
+    # mlp_linear has no nonlinearity: only P3 (merge) removes the hidden activations
+    mlp = next(r for r in ablation if r["model"] == "mlp_linear" and r["preset"] == "sram_edge")
+    assert mlp["P1+P2+P3_gain"] > 0.9 and mlp["P1+P2_gain"] == 0.0
+
+
+def test_zoo_summary_geomeans(zoo_tables: tuple[list[dict], list[dict]]) -> None:
+    exp = _load("exp_zoo")
+    plans, _ = zoo_tables
+    summary = exp.summary_rows(plans)
+    assert len(summary) == 2 * 5
+    unfused = [r for r in summary if r["plan"] == "unfused"]
+    assert all(r["geomean_traffic_vs_unfused"] == pytest.approx(1.0) for r in unfused)
+    oracle = [r for r in summary if r["plan"] == "oracle"]
+    assert all(0 < r["geomean_traffic_vs_unfused"] < 1 for r in oracle)
+
+
+# ---- exp_codesign -------------------------------------------------------------------------
+def test_codesign_more_buffer_never_costs_more_traffic() -> None:
+    exp = _load("exp_codesign")
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.sim.hardware import load_hardware
+
+    graph = build_zoo("lenet5")
+    buffers = [64, 512, 4096, 1 << 20]
+    rows = exp.sweep(graph, load_hardware("isaac_reram"), "buffer_bytes", buffers)
+    assert [r["buffer_bytes"] for r in rows] == buffers
+    optima = [r["optimum_bytes"] for r in rows]
+    assert all(o is not None for o in optima)
+    assert optima == sorted(optima, reverse=True)
+    assert optima[0] <= rows[0]["unfused_bytes"]
+    assert optima[-1] == rows[-1]["lower_bound_bytes"]  # lenet5 fuses completely
+    for r in rows:
+        assert r["plan_buffer_bytes"] <= r["buffer_bytes"]
+    assert rows[0]["pareto"] and rows[-1]["benefit_share"] == 1.0
+    assert optima[0] > optima[-1]  # a 64 B buffer forbids the stream groups
+
+
+# ---- exp_search_quality -------------------------------------------------------------------
+def test_search_quality_curves_and_tables() -> None:
+    exp = _load("exp_search_quality")
+    curves, optimum = exp.run([("lenet5", None)], ["random"], [0, 1], trials=6)
+    assert [c.seed for c in curves] == [0, 1]
+    for c in curves:
+        assert len(c.best_bytes) == 6
+        values = [v for v in c.best_bytes if v is not None]
+        assert values == sorted(values, reverse=True)  # best-so-far never rises
+        assert min(values) >= optimum["lenet5"]
+    rows = exp.run_rows(curves, optimum)
+    assert {"trials_to_1pct", "best_over_optimum"} <= set(rows[0])
+    # lenet5: greedy (trial 1) is already optimal on ISAAC
+    assert all(r["trials_to_1pct"] == 1 and r["best_over_optimum"] == 1.0 for r in rows)
+    medians = exp.median_rows(rows)
+    assert len(medians) == 1 and medians[0]["runs_within_1pct"] == 2
+
+
+def test_trials_to_within_counts_from_one() -> None:
+    exp = _load("exp_search_quality")
+    curve = exp.Curve("m", "random", 0, (None, 120, 101, 100), 0.0)
+    assert exp.trials_to_within(curve, 100.0) == 3
+    assert exp.trials_to_within(curve, 100.0, within=0.0) == 4
+    assert exp.trials_to_within(curve, 50.0) is None
+
+
+# ---- exp_scale ----------------------------------------------------------------------------
+def test_scale_serial_passes_and_projection() -> None:
+    exp = _load("exp_scale")
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.sim.hardware import load_hardware
+
+    graph = build_zoo("lenet5")
+    tasks = exp.make_tasks(graph, load_hardware("isaac_reram"), 20)
+    passes, startup = exp.backend_passes(graph, tasks, workers=())
+    assert [(p.backend, p.cache) for p in passes] == [("serial", "cold"), ("serial", "warm")]
+    assert startup == {}
+    rows = exp.throughput_rows(passes)
+    assert all(r["evals_per_s"] > 0 and r["vs_serial"] == 1.0 for r in rows)
+    driver = exp.driver_seconds(graph, "random", trials=5)
+    assert driver["trials"] == 5
+    assert 0 < driver["eval_s_per_trial"] < driver["s_per_trial"]
+    text = exp.projection(rows, startup, [driver])
+    assert any("64 x" in line for line in text)
