@@ -308,7 +308,14 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
         return optuna.samplers.NSGAIISampler(population_size=NSGA2_POPULATION, seed=seed)
     if name == "bruteforce":
         return _bruteforce_sampler(seed)
-    raise ConfigError(f"sampler '{name}' is not known; allowed: tpe, random, nsga2, bruteforce")
+    if name in ("local", "local-tpe"):
+        from fusiontune.search.samplers import LocalSearchSampler
+
+        knobs = optuna.samplers.TPESampler(seed=seed) if name == "local-tpe" else None
+        return LocalSearchSampler(seed=seed, independent_sampler=knobs)
+    from fusiontune.search.space import SAMPLERS
+
+    raise ConfigError(f"sampler '{name}' is not known; allowed: {', '.join(SAMPLERS)}")
 
 
 def storage_for(storage: str | None, study_dir: Path) -> Any:

@@ -32,7 +32,10 @@ from fusiontune.errors import ConfigError, closest
 OBJECTIVES = ("traffic", "energy", "cycles", "edp", "multi")
 """Objective names; ``multi`` minimises traffic, energy and cycles together."""
 
-SAMPLERS = ("tpe", "random", "nsga2", "bruteforce")
+SAMPLERS = ("tpe", "random", "nsga2", "bruteforce", "local", "local-tpe")
+"""Sampler names: Optuna's TPE, random, NSGA-II and brute force; ``local`` is the iterated
+local search of :mod:`fusiontune.search.samplers` (random knobs), ``local-tpe`` the same with
+TPE for the hardware knobs."""
 
 OBJECTIVE_METRICS: Mapping[str, tuple[str, ...]] = {
     "traffic": ("traffic_bytes",),

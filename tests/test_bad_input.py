@@ -1,0 +1,316 @@
+"""Bad input on the command line: one clear line (what, where, what is allowed), a non-zero
+exit and never a traceback.
+
+:data:`CASES` is also the source of the README's troubleshooting table
+(``experiments/gen_troubleshooting.py`` imports it), so every row there is a tested case.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from fusiontune.cli.main import main
+
+TMP = "{tmp}"
+"""Placeholder in a case's argv for the test's temporary folder."""
+
+EXIT_USER_ERROR = 2
+"""Exit code of a FusiontuneError (cli/main.py)."""
+
+EXIT_UNEXPECTED = 1
+"""Exit code of an unexpected exception (cli/main.py)."""
+
+
+def _onnx_bytes(kind: str) -> bytes:
+    """Small hand-made ONNX models that break one rule each."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    if kind == "valid":
+        nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    elif kind == "cycle":  # a -> b -> a
+        nodes = [
+            helper.make_node("Add", ["x", "b_out"], ["a_out"], name="a"),
+            helper.make_node("Relu", ["a_out"], ["b_out"], name="b"),
+            helper.make_node("Relu", ["a_out"], ["y"], name="c"),
+        ]
+    elif kind == "twice":  # t produced by two nodes
+        nodes = [
+            helper.make_node("Relu", ["x"], ["t"], name="r1"),
+            helper.make_node("Sigmoid", ["x"], ["t"], name="r2"),
+            helper.make_node("Relu", ["t"], ["y"], name="r3"),
+        ]
+    elif kind == "dynamic":
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+        nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    else:
+        raise ValueError(kind)
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def _plan(groups: list[tuple[list[str], str]]) -> str:
+    return json.dumps({"groups": [{"ops": ops, "mode": mode} for ops, mode in groups]})
+
+
+# mlp_relu: fc1 (Gemm) -> relu1 -> fc2 (Gemm); see `fusiontune show mlp_relu`
+MLP_OPS = ("fc1", "relu1", "fc2")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input.
+
+    Attributes:
+        id: short name (pytest id and README row).
+        what: the mistake, for people (README column "case").
+        argv: command line after ``fusiontune``; ``{tmp}`` is the test's temporary folder.
+        expect: substring the one-line message must contain.
+        fix: what the user should do (README column "fix").
+        files: files to create under ``{tmp}`` first: name -> text or bytes.
+        code: expected exit code.
+    """
+
+    id: str
+    what: str
+    argv: tuple[str, ...]
+    expect: str
+    fix: str
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    code: int = EXIT_USER_ERROR
+
+
+def _cases() -> list[Case]:
+    valid = _onnx_bytes("valid")
+    search = ("search", "--workers", "1", "--trials", "4", "--out", f"{TMP}/out")
+    return [
+        Case(
+            "unknown-model",
+            "unknown model name",
+            ("show", "resnet19"),
+            "did you mean 'resnet18'",
+            "use a name from `fusiontune models` or a path to an .onnx file",
+        ),
+        Case(
+            "missing-file",
+            "ONNX file does not exist",
+            ("show", f"{TMP}/nothere.onnx"),
+            "nothere.onnx",
+            "check the path",
+        ),
+        Case(
+            "truncated-onnx",
+            "truncated ONNX file",
+            ("show", f"{TMP}/cut.onnx"),
+            "cut.onnx",
+            "re-export or re-download the model",
+            {"cut.onnx": valid[: len(valid) // 2]},
+        ),
+        Case(
+            "not-onnx",
+            "file is not ONNX",
+            ("show", f"{TMP}/notes.onnx"),
+            "notes.onnx",
+            "pass an ONNX model (protobuf), not another format",
+            {"notes.onnx": "this is a text file, not a protobuf\n"},
+        ),
+        Case(
+            "onnx-cycle",
+            "ONNX graph with a cycle",
+            ("show", f"{TMP}/cycle.onnx"),
+            "cycle",
+            "fix the exporter; ONNX graphs must be acyclic",
+            {"cycle.onnx": _onnx_bytes("cycle")},
+        ),
+        Case(
+            "onnx-produced-twice",
+            "ONNX tensor produced by two nodes",
+            ("show", f"{TMP}/twice.onnx"),
+            "'t'",
+            "give each node output a unique name",
+            {"twice.onnx": _onnx_bytes("twice")},
+        ),
+        Case(
+            "dynamic-shape",
+            "ONNX input with a dynamic dimension",
+            ("show", f"{TMP}/dyn.onnx"),
+            "--input-shape",
+            "pass `--input-shape x=1,4` with every dimension fixed",
+            {"dyn.onnx": _onnx_bytes("dynamic")},
+        ),
+        Case(
+            "space-unknown-key",
+            "unknown key in a search-space YAML",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "unknown key 'trails' (did you mean 'trials'?)",
+            "spell the key as listed in the message",
+            {"space.yaml": "trails: 10\n"},
+        ),
+        Case(
+            "space-ill-typed",
+            "search-space value of the wrong type",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "space.yaml",
+            "give the type the message names",
+            {"space.yaml": "trials: ten\n"},
+        ),
+        Case(
+            "space-out-of-range",
+            "search-space knob range the hardware refuses",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "knobs.adc_bits",
+            "keep knob ranges inside the allowed range the message gives",
+            {"space.yaml": "knobs:\n  adc_bits: {low: 0, high: 8}\n"},
+        ),
+        Case(
+            "space-bad-yaml",
+            "search space is not valid YAML",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "not valid YAML at line 2",
+            "fix the YAML syntax at the line named",
+            {"space.yaml": "trials: 10\nknobs: {adc_bits: [\n"},
+        ),
+        Case(
+            "hw-zero-buffer",
+            "hardware with a zero activation buffer",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "key 'buffer_bytes' = 0 is out of range",
+            "give a positive buffer size in bytes",
+            {"hw.yaml": "buffer_bytes: 0\n"},
+        ),
+        Case(
+            "hw-adc-zero",
+            "hardware with 0 ADC bits",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "key 'adc_bits' = 0 is out of range",
+            "use at least 1 ADC bit (and one listed in adc_pj_by_bits)",
+            {"hw.yaml": "adc_bits: 0\n"},
+        ),
+        Case(
+            "hw-adc-no-energy",
+            "ADC resolution with no energy in the table",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "has no energy in adc_pj_by_bits",
+            "pick an ADC resolution listed, or add it to adc_pj_by_bits",
+            {"hw.yaml": "adc_bits: 3\n"},
+        ),
+        Case(
+            "plan-unknown-op",
+            "plan JSON naming an op the model does not have",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "fc9",
+            "use op names from `fusiontune show MODEL`",
+            {"plan.json": _plan([(["fc1"], "single"), (["relu1"], "single"), (["fc9"], "single")])},
+        ),
+        Case(
+            "plan-op-twice",
+            "plan JSON with an op in two groups",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "relu1",
+            "put every op in exactly one group",
+            {
+                "plan.json": _plan(
+                    [(["fc1", "relu1"], "fused"), (["relu1"], "single"), (["fc2"], "single")]
+                )
+            },
+        ),
+        Case(
+            "plan-missing-op",
+            "plan JSON that leaves an op out",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "fc2",
+            "put every op in exactly one group",
+            {"plan.json": _plan([(["fc1"], "single"), (["relu1"], "single")])},
+        ),
+        Case(
+            "plan-illegal-group",
+            "plan JSON with a group no legality rule allows",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "rule",
+            "split the group as the named rule requires (`fusiontune plans MODEL --explain`)",
+            {"plan.json": _plan([(["fc1", "fc2"], "fused"), (["relu1"], "single")])},
+        ),
+        Case(
+            "storage-unreachable",
+            "study storage URL that cannot be opened",
+            (*search, "--storage", f"sqlite:///{TMP}/no/such/dir/x.db", "mlp_relu"),
+            "cannot be opened",
+            "check the URL, that the database server is up and its driver installed",
+        ),
+        Case(
+            "address-unreachable",
+            "Ray cluster address nobody listens on",
+            ("search", "mlp_relu", "--trials", "4", "--out", f"{TMP}/out")
+            + ("--address", "127.0.0.1:1"),
+            "--address 127.0.0.1:1",
+            "give the address `ray start --head` printed, or leave --address out",
+        ),
+        Case(
+            "out-not-writable",
+            "output folder that cannot be written",
+            (*search[:-2], "--out", f"{TMP}/file.txt", "mlp_relu"),
+            "cannot write results",
+            "choose a writable folder with --out",
+            {"file.txt": "a file where a folder should be\n"},
+        ),
+    ]
+
+
+CASES: list[Case] = _cases()
+
+
+def materialise(case: Case, tmp: Path) -> list[str]:
+    """Create the case's files under ``tmp``; return its argv with ``{tmp}`` filled in."""
+    for name, content in case.files.items():
+        path = tmp / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return [a.replace(TMP, str(tmp)) for a in case.argv]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_one_clear_line(
+    case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = materialise(case, tmp_path)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == case.code, err
+    assert "Traceback" not in out + err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fusiontune: error: ")
+    assert case.expect in lines[0], lines[0]
+
+
+def test_unexpected_error_is_one_line_with_a_debug_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug (not a user error) prints one line and the debug hint; the traceback only with
+    FUSIONTUNE_DEBUG=1."""
+    import fusiontune.cli.models as models
+
+    def broken(args: object) -> int:
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(models, "run", broken)
+    monkeypatch.delenv("FUSIONTUNE_DEBUG", raising=False)
+    assert main(["models"]) == EXIT_UNEXPECTED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "ZeroDivisionError: simulated bug" in err and "FUSIONTUNE_DEBUG=1" in err
+    assert len(err.strip().splitlines()) == 2  # the error, then the hint
+    monkeypatch.setenv("FUSIONTUNE_DEBUG", "1")
+    assert main(["models"]) == EXIT_UNEXPECTED
+    assert "Traceback" in capsys.readouterr().err
+
