@@ -150,7 +150,7 @@ def noop_task_seconds(workers: int, n_tasks: int = NOOP_TASKS) -> float:
 
     remote = ray.remote(num_cpus=1, max_retries=0)(_noop)
     ray.get([remote.remote([]) for _ in range(workers)])  # warm the worker processes
-    in_flight = []
+    in_flight: list[Any] = []
     start = time.perf_counter()
     submitted = 0
     while submitted < n_tasks or in_flight:
@@ -170,7 +170,7 @@ def driver_seconds(graph: Graph, sampler: str, trials: int = DRIVER_TRIALS) -> d
         {"hardware": PRESET, "objective": "traffic", "sampler": sampler, "trials": trials},
         source="exp_scale",
     )
-    records = []
+    records: list[Any] = []
     clear_cache()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:

@@ -63,7 +63,7 @@ def run_search(graph: Graph, sampler: str, seed: int, trials: int) -> Curve:
         {"hardware": PRESET, "objective": "traffic", "sampler": sampler, "trials": trials},
         source="exp_search_quality",
     )
-    records = []
+    records: list[Any] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
         search(graph, space=space, seed=seed, out=out, baselines=False, on_record=records.append)
@@ -227,11 +227,12 @@ def main() -> None:
     stuck = stuck_notes(curves, optimum)
     notes = [
         *stuck,
-        "Reading: on the larger graphs (resnet18: 69 ops, mobilenet_v2: 152 ops) no sampler "
-        "beats the greedy start within the budget: the optimum needs many coordinated edge "
-        "decisions (long stream groups), which per-edge sampling plus plan repair rarely "
-        "hits. The exact oracle (an additive objective at fixed hardware) is the tool there; "
-        "the samplers matter for non-additive objectives (edp, multi) and hardware knobs.",
+        "Reading: on the larger graphs (resnet18: 69 ops, mobilenet_v2: 152 ops) the samplers "
+        "stay at or near the greedy start within the budget (counts above): the optimum "
+        "needs many coordinated edge decisions (long stream groups), which per-edge "
+        "sampling plus plan repair rarely hits. The exact oracle (an additive objective at "
+        "fixed hardware) is the tool there; the samplers matter for non-additive "
+        "objectives (edp, multi) and hardware knobs.",
         f"Hardware {PRESET}; objective traffic_bytes; {args.trials} trials per run; serial "
         "backend; models at their default sizes (CNNs 224x224, bert_encoder sequence 128).",
         "best_over_optimum: best feasible traffic found / the proven optimum (1.0 = optimal). "

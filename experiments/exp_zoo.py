@@ -10,7 +10,7 @@ For every zoo model on ``isaac_reram`` and ``sram_edge``, the traffic objective:
 - a pattern ablation: the exact optimum with only P1; P1+P2; P1+P2+P3; all four patterns.
 
 Writes ``results/exp_zoo.csv`` (summary), ``results/exp_zoo_2.csv`` (plans),
-``results/exp_zoo_3.csv`` (ablation) and
+``results/exp_zoo_3.csv`` (ablation), ``results/exp_zoo_4.csv`` (ablation means) and
 ``results/exp_zoo.md``. Usage: ``python experiments/exp_zoo.py [--trials 100]``.
 """
 
@@ -165,6 +165,23 @@ def summary_rows(plans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def ablation_geomeans(ablation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per preset: geometric mean over models of each pattern set's optimum vs unfused."""
+    out = []
+    for preset in dict.fromkeys(r["preset"] for r in ablation):
+        rows = [r for r in ablation if r["preset"] == preset]
+        row: dict[str, Any] = {"preset": preset, "models": len(rows)}
+        for label, _ in ABLATIONS:
+            ratios = [
+                r[f"{label}_bytes"] / r["unfused_bytes"]
+                for r in rows
+                if r[f"{label}_bytes"] is not None
+            ]
+            row[f"{label}_geomean_vs_unfused"] = _geomean(ratios)
+        out.append(row)
+    return out
+
+
 def _geomean(values: Sequence[float]) -> float | None:
     if not values or min(values) <= 0:
         return None
@@ -216,9 +233,10 @@ NOTES = [
     "best_found: TPE search with --trials trials, seed 0, feasible plans only; seconds = wall "
     "time of the search. oracle: exact optimum over feasible candidate groups; seconds = "
     "MILP + group costs. lower_bound: compulsory traffic, a bound no plan reaches in general.",
-    "Ablation (third table): exact optimum with only the listed patterns enabled; *_gain is "
-    "the fraction of the previous column's traffic the added pattern removes (P1: "
-    "element-wise epilogues/prologues, P2: conv+pool, P3: FC chain merge, P4: layer stream).",
+    "Ablation (third and fourth tables): exact optimum with only the listed patterns "
+    "enabled; *_gain is the fraction of the previous column's traffic the added pattern "
+    "removes (P1: element-wise epilogues/prologues, P2: conv+pool, P3: FC chain merge, "
+    "P4: layer stream).",
 ]
 
 
@@ -252,7 +270,8 @@ def main() -> None:
         [
             ("Summary (geometric means over models, vs unfused)", summary),
             ("Plans per model and preset", plans),
-            ("Pattern ablation", ablation),
+            ("Pattern ablation per model", ablation),
+            ("Pattern ablation, geometric means over models", ablation_geomeans(ablation)),
         ],
         notes,
     )

