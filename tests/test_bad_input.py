@@ -27,7 +27,6 @@ EXIT_UNEXPECTED = 1
 
 def _onnx_bytes(kind: str) -> bytes:
     """Small hand-made ONNX models that break one rule each."""
-    import onnx
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
@@ -61,8 +60,8 @@ def _plan(groups: list[tuple[list[str], str]]) -> str:
     return json.dumps({"groups": [{"ops": ops, "mode": mode} for ops, mode in groups]})
 
 
-# mlp_relu: fc1 (Gemm) -> relu1 -> fc2 (Gemm); see `fusiontune show mlp_relu`
-MLP_OPS = ("fc1", "relu1", "fc2")
+# mlp_relu: fc1 -> fc1.relu -> fc2 -> fc2.relu -> fc3 (Gemm, Relu); `fusiontune show mlp_relu`
+REST = [(["fc2"], "single"), (["fc2.relu"], "single"), (["fc3"], "single")]
 
 
 @dataclass(frozen=True)
@@ -103,14 +102,14 @@ def _cases() -> list[Case]:
             "missing-file",
             "ONNX file does not exist",
             ("show", f"{TMP}/nothere.onnx"),
-            "nothere.onnx",
+            "nothere.onnx: no such file",
             "check the path",
         ),
         Case(
             "truncated-onnx",
             "truncated ONNX file",
             ("show", f"{TMP}/cut.onnx"),
-            "cut.onnx",
+            "cut.onnx: is truncated or corrupt",
             "re-export or re-download the model",
             {"cut.onnx": valid[: len(valid) // 2]},
         ),
@@ -118,7 +117,7 @@ def _cases() -> list[Case]:
             "not-onnx",
             "file is not ONNX",
             ("show", f"{TMP}/notes.onnx"),
-            "notes.onnx",
+            "notes.onnx: is not ONNX",
             "pass an ONNX model (protobuf), not another format",
             {"notes.onnx": "this is a text file, not a protobuf\n"},
         ),
@@ -126,7 +125,7 @@ def _cases() -> list[Case]:
             "onnx-cycle",
             "ONNX graph with a cycle",
             ("show", f"{TMP}/cycle.onnx"),
-            "cycle",
+            "cycle.onnx: the graph has a cycle",
             "fix the exporter; ONNX graphs must be acyclic",
             {"cycle.onnx": _onnx_bytes("cycle")},
         ),
@@ -134,7 +133,7 @@ def _cases() -> list[Case]:
             "onnx-produced-twice",
             "ONNX tensor produced by two nodes",
             ("show", f"{TMP}/twice.onnx"),
-            "'t'",
+            "tensor 't' is produced twice",
             "give each node output a unique name",
             {"twice.onnx": _onnx_bytes("twice")},
         ),
@@ -142,7 +141,7 @@ def _cases() -> list[Case]:
             "dynamic-shape",
             "ONNX input with a dynamic dimension",
             ("show", f"{TMP}/dyn.onnx"),
-            "--input-shape",
+            "is dynamic; give static shapes",
             "pass `--input-shape x=1,4` with every dimension fixed",
             {"dyn.onnx": _onnx_bytes("dynamic")},
         ),
@@ -158,7 +157,7 @@ def _cases() -> list[Case]:
             "space-ill-typed",
             "search-space value of the wrong type",
             (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
-            "space.yaml",
+            "space.yaml: trials must be a positive integer",
             "give the type the message names",
             {"space.yaml": "trials: ten\n"},
         ),
@@ -166,7 +165,7 @@ def _cases() -> list[Case]:
             "space-out-of-range",
             "search-space knob range the hardware refuses",
             (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
-            "knobs.adc_bits",
+            "space.yaml: knobs.adc_bits = 0: key 'adc_bits' = 0 is out of range",
             "keep knob ranges inside the allowed range the message gives",
             {"space.yaml": "knobs:\n  adc_bits: {low: 0, high: 8}\n"},
         ),
@@ -208,35 +207,35 @@ def _cases() -> list[Case]:
             ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
             "fc9",
             "use op names from `fusiontune show MODEL`",
-            {"plan.json": _plan([(["fc1"], "single"), (["relu1"], "single"), (["fc9"], "single")])},
+            {
+                "plan.json": _plan(
+                    [(["fc1"], "single"), (["fc1.relu"], "single"), (["fc9"], "single")]
+                )
+            },
         ),
         Case(
             "plan-op-twice",
             "plan JSON with an op in two groups",
             ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
-            "relu1",
+            "op 'fc1.relu' is in two groups",
             "put every op in exactly one group",
-            {
-                "plan.json": _plan(
-                    [(["fc1", "relu1"], "fused"), (["relu1"], "single"), (["fc2"], "single")]
-                )
-            },
+            {"plan.json": _plan([(["fc1", "fc1.relu"], "fused"), (["fc1.relu"], "single"), *REST])},
         ),
         Case(
             "plan-missing-op",
             "plan JSON that leaves an op out",
             ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
-            "fc2",
+            "in no group: fc3",
             "put every op in exactly one group",
-            {"plan.json": _plan([(["fc1"], "single"), (["relu1"], "single")])},
+            {"plan.json": _plan([(["fc1"], "single"), (["fc1.relu"], "single"), *REST[:2]])},
         ),
         Case(
             "plan-illegal-group",
             "plan JSON with a group no legality rule allows",
             ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
-            "rule",
+            "breaks rule 1 (convex)",
             "split the group as the named rule requires (`fusiontune plans MODEL --explain`)",
-            {"plan.json": _plan([(["fc1", "fc2"], "fused"), (["relu1"], "single")])},
+            {"plan.json": _plan([(["fc1", "fc2"], "fused"), (["fc1.relu"], "single"), *REST[1:]])},
         ),
         Case(
             "storage-unreachable",
@@ -248,8 +247,16 @@ def _cases() -> list[Case]:
         Case(
             "address-unreachable",
             "Ray cluster address nobody listens on",
-            ("search", "mlp_relu", "--trials", "4", "--out", f"{TMP}/out")
-            + ("--address", "127.0.0.1:1"),
+            (
+                "search",
+                "mlp_relu",
+                "--trials",
+                "4",
+                "--out",
+                f"{TMP}/out",
+                "--address",
+                "127.0.0.1:1",
+            ),
             "--address 127.0.0.1:1",
             "give the address `ray start --head` printed, or leave --address out",
         ),
@@ -314,3 +321,15 @@ def test_unexpected_error_is_one_line_with_a_debug_hint(
     assert main(["models"]) == EXIT_UNEXPECTED
     assert "Traceback" in capsys.readouterr().err
 
+
+def test_dynamic_onnx_searches_with_the_suggested_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dynamic-shape message says ``--input-shape x=1,4``; ``search`` takes it."""
+    model = tmp_path / "dyn.onnx"
+    model.write_bytes(_onnx_bytes("dynamic"))
+    argv = ["search", str(model), "--workers", "1", "--trials", "3", "--out", str(tmp_path)]
+    assert main(argv) == EXIT_USER_ERROR
+    assert "--input-shape x=1,4" in capsys.readouterr().err
+    assert main([*argv, "--input-shape", "x=1,4"]) == 0
+    assert "study dyn: 3 trials" in capsys.readouterr().out

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
+from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S
+from fusiontune.search.driver import FLUSH_INTERVAL_S
+
 if TYPE_CHECKING:
     from fusiontune.search.driver import TrialRecord
+
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT), as cli/main.py."""
 
 DEFAULT_WORKERS = 2
 """Default Ray CPUs: the 2-core machine the README quickstart targets."""
@@ -49,11 +56,45 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--backend", choices=("ray", "serial"), help="default: ray unless --workers 1")
     p.add_argument("--input-size", type=int, help="input resolution/width of a zoo model")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=None,
+        metavar="NAME=D,D,...",
+        help="static shape of an ONNX graph input (repeatable)",
+    )
+    p.add_argument(
+        "--eval-timeout",
+        type=_non_negative_float,
+        default=DEFAULT_EVAL_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds one plan's evaluation may take before its trial fails "
+        f"(default {DEFAULT_EVAL_TIMEOUT_S:g}; 0 = no limit)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=_non_negative_float,
+        default=FLUSH_INTERVAL_S,
+        metavar="S",
+        help=f"store finished trials and rewrite trials.parquet at most every S seconds "
+        f"(default {FLUSH_INTERVAL_S:g})",
+    )
     p.set_defaults(func=run)
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got '{text}'")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
-    from fusiontune.search.api import search
+    from fusiontune.frontend.loader import parse_input_shapes
+    from fusiontune.search.api import SearchInterrupted, search
     from fusiontune.search.space import load_space, with_overrides
 
     space = with_overrides(
@@ -74,12 +115,32 @@ def run(args: argparse.Namespace) -> int:
             resume=args.resume,
             verify_best=args.verify_best,
             input_size=args.input_size,
+            input_shapes=parse_input_shapes(args.input_shape) if args.input_shape else None,
             on_record=progress.update,
+            eval_timeout_s=args.eval_timeout or None,
+            checkpoint_s=args.checkpoint_every,
         )
+    except SearchInterrupted as stop:
+        progress.close()
+        print(
+            f"fusiontune: interrupted; {stop.n_done} finished trials are saved in "
+            f"{stop.out_dir}/ (trials.parquet and the study storage)",
+            file=sys.stderr,
+        )
+        print(f"fusiontune: to continue, run: {resume_command(args)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         progress.close()
     print(format_summary(result.summary))
     return 0
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that continues this search: the one given, plus ``--resume``."""
+    argv = list(getattr(args, "argv", None) or sys.argv[1:])
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(["fusiontune", *argv])
 
 
 class _Progress:
@@ -119,6 +180,7 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+            self._bar = None
 
 
 BYTES_PER_MB = 1e6

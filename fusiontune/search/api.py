@@ -14,15 +14,23 @@ Stages, in order:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fusiontune.errors import StorageError
 from fusiontune.search import results as res
-from fusiontune.search.backends import EvalTask, evaluate_one, make_backend
+from fusiontune.search.backends import (
+    DEFAULT_EVAL_TIMEOUT_S,
+    EvalTask,
+    evaluate_one,
+    make_backend,
+)
 from fusiontune.search.driver import (
+    FLUSH_INTERVAL_S,
     Problem,
+    StudyStore,
     TrialRecord,
     _record,
     best_record,
@@ -42,6 +50,20 @@ EXHAUSTIVE_MAX_PLANS = 2000
 """Largest ``count_plans`` for which the exhaustive baseline enumerates every plan."""
 
 BASELINES = ("unfused", "greedy", "exhaustive", "oracle")
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`search`: the finished trials are stored; ``--resume`` continues.
+
+    Attributes:
+        out_dir: the results folder (``trials.parquet`` holds the finished trials).
+        n_done: finished trials stored, earlier runs included.
+    """
+
+    def __init__(self, out_dir: Path, n_done: int) -> None:
+        super().__init__(f"interrupted after {n_done} trials; saved in {out_dir}")
+        self.out_dir = out_dir
+        self.n_done = n_done
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,9 +108,12 @@ def search(
     resume: bool = False,
     verify_best: bool = False,
     input_size: int | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
     baselines: bool = True,
     start_from_greedy: bool = True,
     on_record: Callable[[TrialRecord], None] | None = None,
+    eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
+    checkpoint_s: float = FLUSH_INTERVAL_S,
 ) -> SearchResult:
     """Search fusion plans (and hardware knobs) for a model.
 
@@ -108,39 +133,89 @@ def search(
         resume: continue an existing study up to ``trials``; trials left RUNNING are failed.
         verify_best: execute the best plan with the fused kernels and record the error.
         input_size: input resolution for zoo models.
+        input_shapes: static input shapes for an ONNX file with dynamic dimensions.
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
         start_from_greedy: make the greedy plan the first trial of a new study.
         on_record: called with each finished trial (progress bars).
+        eval_timeout_s: per-plan evaluation limit; a plan past it fails (``None``: no limit).
+        checkpoint_s: finished trials are stored and ``trials.parquet`` rewritten (atomically)
+            at most this often, so a killed run loses at most this much work.
+
+    Raises:
+        SearchInterrupted: on Ctrl-C, after storing the finished trials.
+        FusiontuneError: bad model, space, hardware, storage or results folder.
     """
     from fusiontune import __version__
     from fusiontune.sim.hardware import load_hardware
 
-    graph = _load_graph(graph_or_name, input_size)
+    graph = _load_graph(graph_or_name, input_size, input_shapes)
     spc = space if isinstance(space, SearchSpace) else load_space(space)
     spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
     hw = load_hardware(spc.hardware)
     problem = Problem.build(graph, spc, hw)
     name = study or graph.name
     out_dir = Path(out) / name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _check_writable(out_dir)
     store = open_study(
-        name, storage_for(storage, out_dir), problem, seed, resume, start_from_greedy
+        name, storage_for(storage, out_dir), problem, seed, resume, start_from_greedy, checkpoint_s
     )
+    ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
+    store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
 
     done = len(store.records())
     remaining = max(0, spc.trials - done)
-    if remaining:
-        be = make_backend(
-            backend or ("serial" if workers <= 1 and not address else "ray"), workers, address
-        )
-        try:
-            be.start(graph)
-            run_trials(store, problem, be, remaining, on_record)
-        finally:
-            be.close()
+    try:
+        if remaining:
+            be = make_backend(
+                backend or ("serial" if workers <= 1 and not address else "ray"),
+                workers,
+                address,
+                eval_timeout_s=eval_timeout_s,
+            )
+            try:
+                be.start(graph)
+                run_trials(store, problem, be, remaining, on_record)
+            finally:
+                be.close()
+        return _finish(problem, store, ctx, out_dir, baselines, verify_best)
+    except KeyboardInterrupt:
+        store.flush()
+        _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
+        raise SearchInterrupted(out_dir, len(store.records())) from None
 
+
+def _check_writable(out_dir: Path) -> None:
+    """Create the results folder and prove a file can be written there, before any work."""
+    import tempfile
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise StorageError(
+            f"{out_dir}: cannot write results there ({reason}); choose a writable folder with --out"
+        ) from exc
+
+
+def _checkpoint(store: StudyStore, ctx: res.RowContext, out_dir: Path) -> None:
+    """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
+    killed at any moment leaves a readable table of the work stored so far."""
+    res.write_parquet(res.trials_frame(store.records(), ctx), out_dir / res.TRIALS_FILE)
+
+
+def _finish(
+    problem: Problem,
+    store: StudyStore,
+    ctx: res.RowContext,
+    out_dir: Path,
+    baselines: bool,
+    verify_best: bool,
+) -> SearchResult:
+    """Stages 4-6: baselines, tables, verification, files."""
+    graph, name = problem.graph, ctx.study
     records = store.records()
-    ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     best = best_record(records, problem)
     if best is None:
         from fusiontune.errors import FusiontuneError
@@ -181,14 +256,16 @@ def search(
     return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
 
 
-def _load_graph(graph_or_name: Graph | str, input_size: int | None) -> Graph:
+def _load_graph(
+    graph_or_name: Graph | str,
+    input_size: int | None,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+) -> Graph:
     if not isinstance(graph_or_name, (str, Path)):
         return graph_or_name
     from fusiontune.frontend.loader import load_model
 
-    if input_size is not None:
-        return load_model(str(graph_or_name), input_size=input_size)
-    return load_model(str(graph_or_name))
+    return load_model(str(graph_or_name), input_shapes, input_size=input_size)
 
 
 def _plan_of(plan_json: str) -> Plan:

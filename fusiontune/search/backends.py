@@ -10,16 +10,25 @@ batches finish. Two implement the same small interface:
 
 The driver calls :meth:`Backend.submit` while :meth:`Backend.has_room` and then
 :meth:`Backend.wait` for at least one finished batch.
+
+Faults (issue 7): an evaluation that raises fails only its own plan (the message is kept);
+an evaluation longer than ``eval_timeout_s`` fails as timed out (an in-process alarm, and for
+Ray also a driver-side deadline that cancels the task); a Ray task whose worker process dies
+is retried once plan by plan, so only the plan that kills its worker fails.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import signal
 import socket
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +42,22 @@ BATCHES_PER_WORKER = 2
 
 DEFAULT_PLANS_PER_TASK = 4
 """Plans evaluated per Ray task: amortises the ~1 ms task overhead over several simulations."""
+
+DEFAULT_EVAL_TIMEOUT_S = 600.0
+"""Per-plan evaluation limit: generous, the analytic simulation of the largest zoo model takes
+well under a second; only a hung evaluation reaches it."""
+
+RAY_DEADLINE_GRACE_S = 30.0
+"""Extra seconds before the driver cancels an overdue Ray task (worker start-up, graph fetch)."""
+
+ADDRESS_PROBE_S = 3.0
+"""Seconds to wait for a TCP connection to ``--address`` before calling it unreachable."""
+
+RAY_ERROR_CHARS = 300
+"""Characters of a Ray error kept in a failed trial's message (Ray's include tracebacks)."""
+
+WORKER_DIED = "worker process died"
+"""Error of a plan whose Ray worker died twice (once in its batch, once on its own)."""
 
 
 @dataclass(frozen=True)
@@ -107,15 +132,61 @@ def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
     )
 
 
-def evaluate_batch(graph: Graph, tasks: Sequence[EvalTask]) -> list[EvalOutcome]:
-    """Simulate several plans; one failing plan fails only itself."""
+Evaluator = Callable[["Graph", EvalTask], EvalOutcome]
+"""Simulates one task (default :func:`evaluate_one`); module-level, so Ray can ship it."""
+
+
+class EvalTimeoutError(Exception):
+    """An evaluation ran past its time limit (raised by the alarm of :func:`_time_limit`)."""
+
+
+@contextmanager
+def _time_limit(timeout_s: float | None) -> Iterator[None]:
+    """Raise :class:`EvalTimeoutError` in the block after ``timeout_s`` seconds (SIGALRM; only
+    in a process's main thread, elsewhere a no-op: the Ray driver's deadline still applies)."""
+    usable = (
+        timeout_s is not None
+        and timeout_s > 0
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise EvalTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def evaluate_batch(
+    graph: Graph,
+    tasks: Sequence[EvalTask],
+    evaluate: Evaluator = evaluate_one,
+    timeout_s: float | None = None,
+) -> list[EvalOutcome]:
+    """Simulate several plans; one failing or timed-out plan fails only itself."""
     out = []
     for task in tasks:
         try:
-            out.append(evaluate_one(graph, task))
+            with _time_limit(timeout_s):
+                out.append(evaluate(graph, task))
+        except EvalTimeoutError:
+            out.append(EvalOutcome(task.trial, error=_timeout_error(timeout_s)))
         except Exception as exc:  # a simulator bug on one plan must not stop the search
             out.append(EvalOutcome(task.trial, error=f"{type(exc).__name__}: {exc}"))
     return out
+
+
+def _timeout_error(timeout_s: float | None) -> str:
+    return f"evaluation timed out after {timeout_s:g} s (--eval-timeout)"
 
 
 class Backend(ABC):
@@ -155,8 +226,15 @@ class SerialBackend(Backend):
 
     name = "serial"
 
-    def __init__(self, plans_per_task: int = 1) -> None:
+    def __init__(
+        self,
+        plans_per_task: int = 1,
+        eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
+        evaluate: Evaluator = evaluate_one,
+    ) -> None:
         self.plans_per_task = plans_per_task
+        self.eval_timeout_s = eval_timeout_s
+        self.evaluate = evaluate
         self._graph: Graph | None = None
         self._queue: deque[list[EvalTask]] = deque()
 
@@ -173,7 +251,9 @@ class SerialBackend(Backend):
         if not self._queue:
             return []
         assert self._graph is not None, "start() not called"
-        return evaluate_batch(self._graph, self._queue.popleft())
+        return evaluate_batch(
+            self._graph, self._queue.popleft(), self.evaluate, self.eval_timeout_s
+        )
 
     def close(self) -> None:
         self._queue.clear()
@@ -183,7 +263,12 @@ _WORKER_GRAPHS: dict[str, Graph] = {}
 """Graphs already fetched by this Ray worker process, by object id (at most one kept)."""
 
 
-def _remote_evaluate(graph_box: list[Any], tasks: list[EvalTask]) -> list[EvalOutcome]:
+def _remote_evaluate(
+    graph_box: list[Any],
+    tasks: list[EvalTask],
+    evaluate: Evaluator = evaluate_one,
+    timeout_s: float | None = None,
+) -> list[EvalOutcome]:
     """Ray task body. The graph reference comes boxed in a list so Ray does not resolve it
     for every task: each worker process fetches and deserialises the graph once, which
     also keeps its group-cost cache (keyed by the graph) warm across tasks."""
@@ -195,7 +280,7 @@ def _remote_evaluate(graph_box: list[Any], tasks: list[EvalTask]) -> list[EvalOu
     if graph is None:
         _WORKER_GRAPHS.clear()
         graph = _WORKER_GRAPHS[key] = ray.get(ref)
-    return evaluate_batch(graph, tasks)
+    return evaluate_batch(graph, tasks, evaluate, timeout_s)
 
 
 class RayBackend(Backend):
@@ -203,8 +288,11 @@ class RayBackend(Backend):
 
     Args:
         workers: CPUs of the local Ray started here (ignored with ``address``).
-        address: join an existing Ray cluster (``"auto"`` or ``host:port``).
+        address: join an existing Ray cluster (``"auto"`` or ``host:port``); without it Ray
+            starts local-only (``address="local"``) with the dashboard off.
         plans_per_task: plans simulated per Ray task.
+        eval_timeout_s: per-plan time limit (``None``: none).
+        evaluate: the per-plan evaluator (a module-level function).
     """
 
     name = "ray"
@@ -214,30 +302,32 @@ class RayBackend(Backend):
         workers: int = 2,
         address: str | None = None,
         plans_per_task: int = DEFAULT_PLANS_PER_TASK,
+        eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
+        evaluate: Evaluator = evaluate_one,
     ) -> None:
         self.workers = max(1, workers)
         self.address = address
         self.plans_per_task = plans_per_task
+        self.eval_timeout_s = eval_timeout_s
+        self.evaluate = evaluate
         self._started_ray = False
         self._graph_ref: Any = None
         self._remote: Any = None
-        self._in_flight: dict[Any, list[EvalTask]] = {}
+        self._in_flight: dict[Any, tuple[list[EvalTask], float]] = {}  # ref -> (tasks, deadline)
+        self._retried: set[int] = set()
 
     def start(self, graph: Graph) -> None:
         import ray
 
+        if self.address:
+            check_ray_address(self.address)
         if not ray.is_initialized():
             self._started_ray = True
             if self.address:
                 try:
                     ray.init(address=self.address, runtime_env=_runtime_env(), log_to_driver=False)
-                except ConnectionError as exc:
-                    from fusiontune.errors import ConfigError
-
-                    raise ConfigError(
-                        f"--address {self.address}: cannot join a Ray cluster there ({exc}); "
-                        "give the address `ray start --head` printed, or 'auto'"
-                    ) from exc
+                except (ConnectionError, ValueError, RuntimeError) as exc:
+                    raise _address_error(self.address, exc) from exc
             else:
                 ray.init(
                     address="local",  # a new local instance, never a stale default cluster
@@ -252,27 +342,65 @@ class RayBackend(Backend):
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
 
     def submit(self, tasks: Sequence[EvalTask]) -> None:
-        ref = self._remote.remote([self._graph_ref], list(tasks))
-        self._in_flight[ref] = list(tasks)
+        ref = self._remote.remote(
+            [self._graph_ref], list(tasks), self.evaluate, self.eval_timeout_s
+        )
+        self._in_flight[ref] = (list(tasks), self._deadline(len(tasks)))
+
+    def _deadline(self, n_plans: int) -> float:
+        """Monotonic time after which the task is cancelled: its plans' limits, doubled for
+        the batch queued ahead of it on the same worker, plus a grace period."""
+        if self.eval_timeout_s is None:
+            return math.inf
+        budget_s = self.eval_timeout_s * n_plans * BATCHES_PER_WORKER + RAY_DEADLINE_GRACE_S
+        return time.monotonic() + budget_s
 
     def has_room(self) -> bool:
         return len(self._in_flight) < BATCHES_PER_WORKER * self.workers
 
     def wait(self) -> list[EvalOutcome]:
+        """Outcomes of at least one finished task (or none when nothing is in flight).
+
+        A task whose worker died is resubmitted plan by plan once; a plan that kills its
+        worker again fails. A task past its deadline is cancelled and its plans fail."""
         import ray
 
-        if not self._in_flight:
-            return []
-        ready, _ = ray.wait(list(self._in_flight), num_returns=1)
         outcomes: list[EvalOutcome] = []
-        for ref in ready:
-            tasks = self._in_flight.pop(ref)
-            try:
-                outcomes.extend(ray.get(ref))
-            except Exception as exc:  # worker died or task raised: fail its plans, go on
-                reason = f"ray task failed: {type(exc).__name__}"
-                outcomes.extend(EvalOutcome(t.trial, error=reason) for t in tasks)
+        while self._in_flight and not outcomes:
+            soonest = min(deadline for _, deadline in self._in_flight.values())
+            timeout = None if math.isinf(soonest) else max(0.0, soonest - time.monotonic())
+            ready, _ = ray.wait(list(self._in_flight), num_returns=1, timeout=timeout)
+            for ref in ready:
+                tasks, _ = self._in_flight.pop(ref)
+                try:
+                    outcomes.extend(ray.get(ref))
+                except ray.exceptions.RayError as exc:  # worker died or task failed
+                    outcomes.extend(self._retry_or_fail(tasks, exc))
+            now = time.monotonic()
+            for ref, (tasks, deadline) in list(self._in_flight.items()):
+                if deadline <= now:
+                    del self._in_flight[ref]
+                    ray.cancel(ref, force=True)
+                    error = _timeout_error(self.eval_timeout_s)
+                    outcomes.extend(EvalOutcome(t.trial, error=error) for t in tasks)
         return outcomes
+
+    def _retry_or_fail(self, tasks: list[EvalTask], exc: Exception) -> list[EvalOutcome]:
+        import ray
+
+        if not isinstance(exc, ray.exceptions.WorkerCrashedError):
+            detail = " ".join(str(exc).split())[:RAY_ERROR_CHARS]
+            reason = f"ray task failed: {type(exc).__name__}: {detail}"
+            return [EvalOutcome(t.trial, error=reason) for t in tasks]
+        failed = []
+        for task in tasks:
+            if task.trial in self._retried:
+                error = f"{WORKER_DIED} (ray task failed: {type(exc).__name__}), twice"
+                failed.append(EvalOutcome(task.trial, error=error))
+            else:
+                self._retried.add(task.trial)
+                self.submit([task])
+        return failed
 
     def close(self) -> None:
         import ray
@@ -282,6 +410,33 @@ class RayBackend(Backend):
         self._in_flight.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+
+
+def check_ray_address(address: str) -> None:
+    """Refuse a ``host:port`` Ray address nobody listens on, within :data:`ADDRESS_PROBE_S`
+    (``ray.init`` would otherwise retry for a long time). ``auto`` is left to Ray."""
+    from fusiontune.errors import ConfigError
+
+    if address == "auto":
+        return
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"--address {address}: expected 'auto', HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=ADDRESS_PROBE_S).close()
+    except OSError as exc:
+        raise _address_error(address, exc) from exc
+
+
+def _address_error(address: str, exc: BaseException) -> Exception:
+    from fusiontune.errors import ConfigError
+
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return ConfigError(
+        f"--address {address}: cannot join a Ray cluster there ({reason}); "
+        "give the address `ray start --head` printed, 'auto', or leave --address out"
+    )
 
 
 def _runtime_env() -> dict[str, Any]:
@@ -294,15 +449,21 @@ def _runtime_env() -> dict[str, Any]:
 
 
 def make_backend(
-    name: str, workers: int = 1, address: str | None = None, plans_per_task: int | None = None
+    name: str,
+    workers: int = 1,
+    address: str | None = None,
+    plans_per_task: int | None = None,
+    eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
 ) -> Backend:
     """Build a backend by name (``ray`` or ``serial``)."""
     from fusiontune.errors import ConfigError, closest
 
     if name == "serial":
-        return SerialBackend(plans_per_task or 1)
+        return SerialBackend(plans_per_task or 1, eval_timeout_s)
     if name == "ray":
-        return RayBackend(workers, address, plans_per_task or DEFAULT_PLANS_PER_TASK)
+        return RayBackend(
+            workers, address, plans_per_task or DEFAULT_PLANS_PER_TASK, eval_timeout_s
+        )
     raise ConfigError(
         f"--backend '{name}' is not known{closest(name, ('ray', 'serial'))}; allowed: ray, serial"
     )

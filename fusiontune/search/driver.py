@@ -150,8 +150,9 @@ class Problem:
                 try:
                     self.base_hw.replace(**{knob.name: value})
                 except ConfigError as exc:
+                    reason = str(exc).removeprefix("overrides: ")
                     raise ConfigError(
-                        f"{self.space.source}: knobs.{knob.name} = {value!r}: {exc}"
+                        f"{self.space.source}: knobs.{knob.name} = {value!r}: {reason}"
                     ) from exc
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
@@ -357,24 +358,39 @@ class StudyStore:
             (non-zero when a resumed study has gaps left by a crash).
     """
 
-    def __init__(self, persistent: optuna.Study, memory: optuna.Study, number_offset: int) -> None:
+    def __init__(
+        self,
+        persistent: optuna.Study,
+        memory: optuna.Study,
+        number_offset: int,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
+        stored: set[int] | None = None,
+    ) -> None:
         self.persistent = persistent
         self.memory = memory
         self.number_offset = number_offset
-        self._pending: list[TrialRecord] = []
+        self.flush_interval_s = flush_interval_s
+        self.on_flush: Callable[[], None] | None = None
+        """Called after each flush that stored trials (the API checkpoints its tables)."""
+        self._stored = set(stored or ())  # trial numbers already in the persistent study
         self._last_flush_s = time.monotonic()
 
     def add(self, record: TrialRecord) -> None:
-        """Queue a finished trial for the persistent study."""
-        self._pending.append(record)
-        if time.monotonic() - self._last_flush_s >= FLUSH_INTERVAL_S:
+        """Note a finished trial (already told to :attr:`memory`); flush when it is time."""
+        if time.monotonic() - self._last_flush_s >= self.flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
-        """Copy the queued trials to the persistent study."""
-        if self._pending:
-            self.persistent.add_trials([_stored_trial(r) for r in self._pending])
-            self._pending.clear()
+        """Copy every finished trial of the mirror not yet stored to the persistent study,
+        then call :attr:`on_flush`. Reading the mirror, not a queue, means a Ctrl-C anywhere
+        between telling a trial and queueing it cannot lose it; stored one at a time, so a
+        Ctrl-C during the flush leaves the rest for the next one."""
+        new = [r for r in self.records() if r.trial not in self._stored]
+        for record in new:
+            self.persistent.add_trial(_stored_trial(record))
+            self._stored.add(record.trial)
+        if new and self.on_flush is not None:
+            self.on_flush()
         self._last_flush_s = time.monotonic()
 
     def records(self) -> list[TrialRecord]:
@@ -389,6 +405,7 @@ def open_study(
     seed: int | None,
     resume: bool,
     start_from_greedy: bool = True,
+    flush_interval_s: float = FLUSH_INTERVAL_S,
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
     finished ones replayed into the in-memory mirror the sampler works on. A new study's
@@ -420,7 +437,7 @@ def open_study(
         persistent.set_user_attr("space", problem.space.to_dict())
         if start_from_greedy:
             memory.enqueue_trial(problem.greedy_params())
-        return StudyStore(persistent, memory, 0)
+        return StudyStore(persistent, memory, 0, flush_interval_s)
     if len(persistent.directions) != len(problem.directions):
         raise StorageError(
             f"study '{name}' has {len(persistent.directions)} objective(s); objective "
@@ -431,7 +448,7 @@ def open_study(
     old = study_records(persistent)
     memory.add_trials([_mirrored_trial(r, problem) for r in old])
     offset = (old[-1].trial + 1 - len(old)) if old else 0
-    return StudyStore(persistent, memory, offset)
+    return StudyStore(persistent, memory, offset, flush_interval_s, {r.trial for r in old})
 
 
 def study_records(study: optuna.Study) -> list[TrialRecord]:

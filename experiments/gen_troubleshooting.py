@@ -1,0 +1,109 @@
+"""Rewrite the README's troubleshooting table from the tested bad-input cases.
+
+Each row of ``tests/test_bad_input.py``'s ``CASES`` is run through ``fusiontune.cli.main.main``
+in a scratch folder; the table shows the command, the one line fusiontune prints and the fix.
+Only the block between ``<!-- troubleshooting:start -->`` and ``<!-- troubleshooting:end -->``
+changes. Run from the repository root: ``python experiments/gen_troubleshooting.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CASES_FILE = ROOT / "tests" / "test_bad_input.py"
+START = "<!-- troubleshooting:start -->"
+END = "<!-- troubleshooting:end -->"
+ERROR_PREFIX = "fusiontune: error: "
+
+
+def load_cases_module() -> ModuleType:
+    """Import the test module that holds ``CASES`` (tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("test_bad_input", CASES_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, on one line."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def run_case(module: ModuleType, case: object) -> tuple[str, str]:
+    """(command as a user would type it, the message fusiontune printed)."""
+    from fusiontune.cli.main import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = module.materialise(case, Path(tmp))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+        prefix = f"{tmp}/"
+        message = err.getvalue().strip().replace(prefix, "").removeprefix(ERROR_PREFIX)
+        command = shlex.join(["fusiontune", *(a.replace(prefix, "") for a in argv)])
+    if code != case.code:  # type: ignore[attr-defined]
+        raise SystemExit(f"case {case.id}: exit {code}, expected {case.code}: {message}")  # type: ignore[attr-defined]
+    return command, message
+
+
+def table(module: ModuleType) -> str:
+    """The markdown table of every case."""
+    lines = [
+        "| case | command | what fusiontune says | fix |",
+        "|---|---|---|---|",
+    ]
+    for case in module.CASES:
+        command, message = run_case(module, case)
+        lines.append(
+            f"| {_cell(case.what)} | `{_cell(command)}` | {_cell(message)} | {_cell(case.fix)} |"
+        )
+    return "\n".join(lines)
+
+
+FAULT_NOTES = """\
+Long searches and faults (tested in `tests/test_faults.py`):
+
+- **Ctrl-C** stops cleanly (exit 130): the finished trials are stored and `trials.parquet`
+  rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
+- **A killed driver** (SIGKILL, power loss) loses at most `--checkpoint-every` seconds of work
+  (default 5): finished trials go to the study storage and `trials.parquet` periodically, each
+  file replaced atomically, so it is readable at every moment. Rerun with `--resume`.
+- **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray
+  worker that dies is retried once plan by plan; a plan slower than `--eval-timeout` seconds
+  (default 600) fails as timed out. The search goes on.
+- **`fusiontune: internal error: ...`** is a bug, not a bad input: rerun with
+  `FUSIONTUNE_DEBUG=1` to see the traceback and report it."""
+
+
+def rewrite(readme: Path, block: str) -> None:
+    """Replace the text between the markers (markers kept)."""
+    text = readme.read_text()
+    head, sep, rest = text.partition(START)
+    _, sep_end, tail = rest.partition(END)
+    if not sep or not sep_end:
+        raise SystemExit(f"{readme}: markers {START} / {END} not found")
+    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    module = load_cases_module()
+    block = f"{table(module)}\n\n{FAULT_NOTES}"
+    print(block)
+    rewrite(README, block)
+    print(f"\nwrote {len(module.CASES)} cases into {README.name}")
+
+
+if __name__ == "__main__":
+    main()

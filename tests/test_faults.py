@@ -1,0 +1,334 @@
+"""Fault injection (issue 7): failing, slow and killed evaluations, a killed or interrupted
+driver, re-simulation of stored rows from the Parquet files alone, and safe loading.
+
+Faults are real: evaluations raise, sleep or kill their own process (``SIGKILL``), and the
+driver runs in a subprocess that receives ``SIGKILL`` or ``SIGINT``. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fusiontune.cli.main import main
+from fusiontune.ir.graph import Graph
+from fusiontune.search.backends import (
+    WORKER_DIED,
+    EvalOutcome,
+    EvalTask,
+    RayBackend,
+    SerialBackend,
+    evaluate_one,
+)
+from fusiontune.search.driver import Problem, TrialRecord, open_study, run_trials, storage_for
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "fusiontune"
+
+SUBPROCESS_TIMEOUT_S = 90.0
+"""Longest a driver subprocess may take to reach the state a test waits for."""
+
+POLL_S = 0.05
+"""How often a test looks at the driver's trials.parquet."""
+
+CHECKPOINT_S = "0.2"
+"""--checkpoint-every of the driver subprocesses: several checkpoints within a second."""
+
+
+# ---- evaluators with injected faults (module-level so Ray can ship them) -------------------
+INJECTED = "injected fault"
+
+
+def _raise_every_fifth(graph: Graph, task: EvalTask) -> EvalOutcome:
+    if task.trial % 5 == 2:
+        raise RuntimeError(INJECTED)
+    return evaluate_one(graph, task)
+
+
+def _hang_every_fourth(graph: Graph, task: EvalTask) -> EvalOutcome:
+    if task.trial % 4 == 1:
+        time.sleep(60)  # far past the limit: only the alarm ends it
+    return evaluate_one(graph, task)
+
+
+def _kill_on_marker(folder: str, graph: Graph, task: EvalTask) -> EvalOutcome:
+    """SIGKILL this worker process when ``<folder>/kill-<trial>`` exists, writing the PID to
+    ``<folder>/pid-<trial>-<n>``; a ``once`` marker is removed first, so the retry succeeds."""
+    marker = Path(folder) / f"kill-{task.trial}"
+    if marker.exists():
+        n = len(list(Path(folder).glob(f"pid-{task.trial}-*")))
+        (Path(folder) / f"pid-{task.trial}-{n}").write_text(str(os.getpid()))
+        if marker.read_text() == "once":
+            marker.unlink()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return evaluate_one(graph, task)
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+def _problem(model: str = "mlp_relu") -> Problem:
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.search.space import load_space, with_overrides
+    from fusiontune.sim.hardware import load_hardware
+
+    space = with_overrides(load_space(None), sampler="random")
+    return Problem.build(load_model(model), space, load_hardware(space.hardware))
+
+
+def _run(tmp: Path, backend: object, n_trials: int, model: str = "mlp_relu") -> list[TrialRecord]:
+    problem = _problem(model)
+    store = open_study("s", storage_for(None, tmp), problem, 0, False, start_from_greedy=False)
+    backend.start(problem.graph)  # type: ignore[attr-defined]
+    try:
+        return run_trials(store, problem, backend, n_trials)  # type: ignore[arg-type]
+    finally:
+        backend.close()  # type: ignore[attr-defined]
+
+
+def _evaluated(records: list[TrialRecord]) -> list[TrialRecord]:
+    """Records actually evaluated (not answered from the cache of earlier trials)."""
+    return [r for r in records if r.duplicate_of < 0]
+
+
+# ---- evaluations that raise, hang or kill their worker ----------------------------------------
+def test_evaluation_that_raises_fails_only_its_trial(tmp_path: Path) -> None:
+    records = _run(tmp_path, SerialBackend(evaluate=_raise_every_fifth), 20)
+    assert sorted(r.trial for r in records) == list(range(20))
+    failed = [r for r in records if r.state == "FAIL"]
+    assert failed and {r.trial % 5 for r in failed} == {2}
+    assert all(r.error == f"RuntimeError: {INJECTED}" for r in failed)
+    assert all(r.plan_json and r.hw_json for r in failed)  # the failed plan is recorded
+    for r in _evaluated(records):
+        assert (r.state == "FAIL") == (r.trial % 5 == 2)
+
+
+def test_eval_timeout_fails_slow_trials(tmp_path: Path) -> None:
+    limit_s = 0.2
+    start = time.monotonic()
+    records = _run(tmp_path, SerialBackend(eval_timeout_s=limit_s, evaluate=_hang_every_fourth), 8)
+    assert time.monotonic() - start < 20  # the hanging evaluations were cut short
+    evaluated = _evaluated(records)
+    slow = [r for r in evaluated if r.trial % 4 == 1]
+    assert slow and all(r.state == "FAIL" for r in slow)
+    assert all(
+        r.error == f"evaluation timed out after {limit_s:g} s (--eval-timeout)" for r in slow
+    )
+    assert all(r.state == "COMPLETE" for r in evaluated if r.trial % 4 != 1)
+
+
+@pytest.mark.ray
+def test_killed_ray_worker_is_retried_and_the_search_finishes(
+    ray_local: None, tmp_path: Path
+) -> None:
+    import ray
+    from ray import cloudpickle  # Ray's own copy pickles task arguments
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    folder = tmp_path / "markers"
+    folder.mkdir()
+    (folder / "kill-3").write_text("once")  # dies once: the retry completes it
+    (folder / "kill-6").write_text("always")  # dies on every attempt: fails after the retry
+    evaluate = functools.partial(_kill_on_marker, str(folder))
+    backend = RayBackend(workers=2, plans_per_task=2, evaluate=evaluate)
+    records = _run(tmp_path, backend, 12, "lenet5")
+
+    by_trial = {r.trial: r for r in records}
+    assert sorted(by_trial) == list(range(12))
+    assert all(r.duplicate_of < 0 for r in records)  # lenet5: 12 distinct random plans
+    assert by_trial[3].state == "COMPLETE", by_trial[3].error
+    assert by_trial[6].state == "FAIL" and by_trial[6].error.startswith(WORKER_DIED)
+    assert all(r.state == "COMPLETE" for t, r in by_trial.items() if t != 6)
+    pids = [int(p.read_text()) for p in sorted(folder.glob("pid-*"))]
+    assert len(pids) == 3  # trial 3 once, trial 6 twice
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the worker really died
+    assert ray.get(ray.remote(lambda: 41 + 1).remote()) == 42  # shared Ray still usable
+
+
+@pytest.mark.ray
+def test_ray_eval_timeout_fails_only_the_slow_plan(ray_local: None, tmp_path: Path) -> None:
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    limit_s = 0.3
+    start = time.monotonic()
+    backend = RayBackend(2, None, 2, eval_timeout_s=limit_s, evaluate=_hang_every_fourth)
+    records = _run(tmp_path, backend, 8, "lenet5")
+    assert time.monotonic() - start < 20  # cut short in the worker, not by the 30 s grace
+    by_trial = {r.trial: r for r in records}
+    assert sorted(by_trial) == list(range(8))
+    for trial, r in by_trial.items():
+        assert (r.state == "FAIL") == (trial % 4 == 1), (trial, r.error)
+    assert by_trial[1].error == f"evaluation timed out after {limit_s:g} s (--eval-timeout)"
+
+
+# ---- the driver killed or interrupted ----------------------------------------------------------
+def _driver_argv(out: Path, trials: int) -> list[str]:
+    return [
+        "search",
+        "lenet5",
+        "--backend",
+        "serial",
+        "--workers",
+        "1",
+        "--sampler",
+        "random",
+        "--trials",
+        str(trials),
+        "--checkpoint-every",
+        CHECKPOINT_S,
+        "--out",
+        str(out),
+    ]
+
+
+def _start_driver(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "fusiontune.cli.main", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_rows(proc: subprocess.Popen[str], table: Path, rows: int) -> list[int]:
+    """Read the table as often as possible until it has ``rows`` rows and has been rewritten
+    at least once; every read must succeed (atomic replace). Returns the row counts seen."""
+    seen: list[int] = []
+    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if table.exists():
+            n = len(pd.read_parquet(table))  # raises on a half-written file
+            if not seen or seen[-1] != n:
+                seen.append(n)
+            if n >= rows and len(seen) >= 2:
+                return seen
+        time.sleep(POLL_S)
+    proc.kill()
+    raise AssertionError(f"driver ended or stalled before {rows} rows: {proc.communicate()}")
+
+
+def _search_rows(table: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(table)
+    return frame[frame["source"] == "search"].set_index("trial").sort_index()
+
+
+def test_sigkill_mid_search_then_resume_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    table = out / "lenet5" / "trials.parquet"
+    proc = _start_driver(_driver_argv(out, 100000), tmp_path)
+    seen = _wait_for_rows(proc, table, 30)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=SUBPROCESS_TIMEOUT_S)
+    assert len(seen) >= 2, seen  # written periodically during the run, not only at the end
+    killed = _search_rows(table)  # readable right after the kill
+    assert len(killed) >= 30 and (killed["state"] == "COMPLETE").any()
+
+    total = len(killed) + 10
+    assert main([*_driver_argv(out, total), "--resume"]) == 0
+    final = _search_rows(table)
+    assert len(final) == total and final.index.is_unique
+    columns = ["state", "plan_hash", "hw_hash", "value_0", "duplicate_of"]
+    before = killed[columns]
+    after = final.loc[killed.index, columns]
+    pd.testing.assert_frame_equal(after, before)  # every stored trial survived, unchanged
+
+
+def test_ctrl_c_saves_the_work_and_says_how_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    table = out / "lenet5" / "trials.parquet"
+    argv = _driver_argv(out, 100000)
+    proc = _start_driver(argv, tmp_path)
+    _wait_for_rows(proc, table, 10)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    saved = re.search(r"interrupted; (\d+) finished trials are saved", err)
+    assert saved, err
+    rows = _search_rows(table)
+    assert len(rows) == int(saved.group(1))  # the table holds every finished trial
+    resume = shlex.join(["fusiontune", *argv, "--resume"])
+    assert f"to continue, run: {resume}" in err
+
+    again = shlex.split(resume)[1:]
+    again[again.index("--trials") + 1] = str(len(rows) + 5)  # a smaller budget than asked
+    assert main(again) == 0
+    final = _search_rows(table)
+    assert len(final) == len(rows) + 5
+    assert (final.loc[rows.index, "plan_hash"] == rows["plan_hash"]).all()
+
+
+# ---- reproducibility: rows re-simulate from the Parquet files alone ---------------------------
+def test_stored_rows_resimulate_from_the_parquet_alone(tmp_path: Path) -> None:
+    from fusiontune import __version__
+    from fusiontune.frontend.loader import load_model
+    from fusiontune.planner.plan import Plan
+    from fusiontune.search.api import search
+    from fusiontune.search.results import hardware_from_json
+    from fusiontune.sim.cost import simulate
+
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "sampler: random\ntrials: 12\nknobs:\n  adc_bits: {choices: [6, 8]}\n"
+        "  buffer_bytes: {low: 4096, high: 1048576, log: true}\n"
+    )
+    search("mlp_relu", space=space, out=tmp_path, backend="serial", seed=3)
+    frame = pd.read_parquet(tmp_path / "mlp_relu" / "trials.parquet")
+    done = frame[frame["state"] == "COMPLETE"]
+    assert len(done) >= 12 and done["hw_hash"].nunique() >= 2
+    assert (frame["fusiontune_version"] == __version__).all()
+    graphs: dict[str, Graph] = {}
+    for row in done.itertuples(index=False):
+        graph = graphs.setdefault(row.model, load_model(row.model))
+        assert graph.structural_hash == row.graph_hash
+        hw = hardware_from_json(row.hw_json)
+        assert hw.hash == row.hw_hash
+        plan = Plan.from_json(row.plan_json, graph)
+        assert plan.hash == row.plan_hash
+        metrics = simulate(graph, plan, hw)
+        assert metrics.traffic_bytes == row.traffic_bytes
+        assert metrics.energy_pj == pytest.approx(row.energy_pj, rel=1e-12)
+        assert metrics.cycles == row.cycles
+
+
+# ---- safety ----------------------------------------------------------------------------------
+UNSAFE_LOADS = re.compile(
+    r"yaml\.(load|unsafe_load|full_load)\(|Loader\s*=\s*yaml\.(Unsafe|Full)?Loader"
+    r"|pickle\.loads?\(|cloudpickle\.loads?\(|marshal\.loads?\(|\beval\(|\bexec\("
+)
+
+
+def test_no_unsafe_loading_of_user_files() -> None:
+    offenders = [
+        f"{path.relative_to(REPO)}:{i}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if UNSAFE_LOADS.search(line)
+    ]
+    assert offenders == []
+    uses_yaml = [p for p in PACKAGE.rglob("*.py") if "import yaml" in p.read_text()]
+    assert uses_yaml and all("yaml.safe_load(" in p.read_text() for p in uses_yaml)
+
+
+def test_ray_starts_local_only_without_dashboard() -> None:
+    import inspect
+
+    source = inspect.getsource(RayBackend.start)
+    assert 'address="local"' in source and "include_dashboard=False" in source
+    assert "check_ray_address(self.address)" in source  # --address is probed first
