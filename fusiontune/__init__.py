@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "unfused_plan": "fusiontune.planner.baselines",
     "greedy_plan": "fusiontune.planner.baselines",
     "random_plan": "fusiontune.planner.baselines",
+    "tvm_like_plan": "fusiontune.planner.baselines",
     "plan_from_edges": "fusiontune.planner.baselines",
     "explain": "fusiontune.planner.explain",
     # simulator

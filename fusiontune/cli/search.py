@@ -215,7 +215,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         line(f"best (trial {best['trial']}):", best)
         + ("" if best.get("feasible") else "  (INFEASIBLE)"),
     ]
-    for name in ("unfused", "greedy", "exhaustive", "oracle"):
+    for name in ("unfused", "tvm_like", "greedy", "exhaustive", "oracle"):
         if name in base:
             label = f"{name}:"
             if name == "oracle":  # with knobs, proven for the base hardware only

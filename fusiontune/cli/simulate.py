@@ -9,7 +9,7 @@ from typing import Any
 
 from fusiontune.errors import ConfigError
 
-BASELINE_PLANS = ("unfused", "greedy")
+BASELINE_PLANS = ("unfused", "tvm_like", "greedy")
 MAX_OPS_SHOWN = 3  # ops listed per group in the text table
 PERCENT = 100.0
 
@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
         "the compulsory lower bound. --verify also executes the plan and checks it.",
     )
     p.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
-    p.add_argument("--plan", default="greedy", metavar="unfused|greedy|PLAN.json",
+    p.add_argument("--plan", default="greedy", metavar="unfused|tvm_like|greedy|PLAN.json",
                    help="a baseline plan or a plan JSON file (default greedy)")  # fmt: skip
     p.add_argument("--hw", default=None, metavar="PRESET|FILE",
                    help="hardware preset name or YAML file (default isaac_reram)")  # fmt: skip
@@ -92,16 +92,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_plan(graph: Any, spec: str) -> Any:
-    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.plan import Plan
 
     if spec == "unfused":
         return unfused_plan(graph)
     if spec == "greedy":
         return greedy_plan(graph)
+    if spec == "tvm_like":
+        return tvm_like_plan(graph)
     path = Path(spec)
     if not path.is_file():
-        raise ConfigError(f"--plan '{spec}': not a file; use unfused, greedy or a plan JSON file")
+        raise ConfigError(
+            f"--plan '{spec}': not a file; use unfused, tvm_like, greedy or a plan JSON file"
+        )
     return Plan.from_json(path.read_text(), graph, source=spec)
 
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
+from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, graph_index
-from fusiontune.planner.candidates import PlannerConfig, _edge_index
+from fusiontune.planner.candidates import PlannerConfig, _edge_index, candidate_edges
 from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
 from fusiontune.planner.plan import Group, Mode, Plan, singleton_plan
 
@@ -145,6 +146,40 @@ def plan_from_edges(
         return _is_merge_choice(choices.get(ix.names[view.linear[0]], False))
 
     return _plan(ix, members.values(), cfg, wants_merge)
+
+
+TVM_EPILOGUE_CLASSES = frozenset({OpClass.ELEMWISE, OpClass.BINARY, OpClass.LAYOUT})
+"""Op classes a TVM-style fuser attaches to a producer (injective/element-wise ops)."""
+
+TVM_PRODUCER_CLASSES = TVM_EPILOGUE_CLASSES | {OpClass.LINEAR, OpClass.AFFINE}
+"""Op classes that take such an epilogue (a BatchNorm op keeps its ReLU, not its conv)."""
+
+
+def tvm_like_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
+    """The fusion a general-purpose compiler would do, as a baseline.
+
+    Modelled on TVM's FuseOps as this project's brief describes it: a LINEAR op or an
+    element-wise op (BatchNorm included) absorbs the element-wise, binary, layout and constant
+    affine ops (a bias Add) that follow it; but a BatchNormalization never joins its
+    convolution, pooling (WINDOW) never joins anything and two LINEAR ops never share a group
+    (no P2, P3 or P4).
+    """
+    ix = graph.op_index
+    producer_of: dict[str, str] = {}
+    for src, dst in candidate_edges(graph, config):
+        s_op, d_op = graph.op(src), graph.op(dst)
+        if (
+            (
+                d_op.op_class in TVM_EPILOGUE_CLASSES
+                or (d_op.op_class is OpClass.AFFINE and d_op.op_type != "BatchNormalization")
+            )
+            and s_op.op_class in TVM_PRODUCER_CLASSES
+            # an op joins one producer's group (a residual Add never joins two convs)
+            and (dst not in producer_of or ix[src] > ix[producer_of[dst]])
+        ):
+            producer_of[dst] = src
+    edges = [(src, dst) for dst, src in producer_of.items()]
+    return plan_from_edges(graph, edges, None, config)
 
 
 def random_plan(

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 EXHAUSTIVE_MAX_PLANS = 2000
 """Largest ``count_plans`` for which the exhaustive baseline enumerates every plan."""
 
-BASELINES = ("unfused", "greedy", "exhaustive", "oracle")
+BASELINES = ("unfused", "tvm_like", "greedy", "exhaustive", "oracle")
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -281,14 +281,16 @@ def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
 
 
 def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
-    """Unfused, greedy, exhaustive best (small graphs) and the exact oracle, at base hardware."""
-    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at base
+    hardware."""
+    from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
     from fusiontune.search.oracle import exact_optimum
 
     graph, cfg = problem.graph, problem.config
     out = {
         "unfused": _evaluate(problem, unfused_plan(graph)),
+        "tvm_like": _evaluate(problem, tvm_like_plan(graph, cfg)),
         "greedy": _evaluate(problem, greedy_plan(graph, cfg)),
     }
     n_plans = count_plans(graph, cfg)
