@@ -57,7 +57,9 @@ def test_serial_fixed_seed_gives_identical_tables(tmp_path: Path) -> None:
 @pytest.mark.parametrize("model", SMALL_MODELS)
 def test_tpe_reaches_exhaustive_optimum_and_oracle_agrees(tmp_path: Path, model: str) -> None:
     # without the greedy start (greedy is optimal on these models): TPE must find it itself
-    result = _run(tmp_path, model, trials=TPE_BUDGET, seed=0, start_from_greedy=False)
+    result = _run(
+        tmp_path, model, trials=TPE_BUDGET, seed=0, sampler="tpe", start_from_greedy=False
+    )
     base = result.trials.set_index("source")
     exhaustive = float(base.loc["exhaustive", "value_0"])
     oracle = float(base.loc["oracle", "value_0"])

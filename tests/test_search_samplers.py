@@ -23,7 +23,7 @@ from fusiontune.errors import ConfigError
 from fusiontune.search.api import search
 from fusiontune.search.driver import make_sampler
 from fusiontune.search.samplers import LocalSearchSampler
-from fusiontune.search.space import SAMPLERS, parse_space
+from fusiontune.search.space import SAMPLERS, load_space, parse_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -94,6 +94,33 @@ def test_translates_an_improving_move_to_sibling_blocks() -> None:
     assert study.best_value == 0.0
 
 
+def test_sets_a_parameter_in_every_block_at_once() -> None:
+    # fusing one block alone costs a little; fusing the edge in all 8 blocks pays off
+    n_blocks = 8
+
+    def objective(trial: optuna.trial.Trial) -> float:
+        fused = [
+            trial.suggest_categorical(f"fuse:b.{b}.conv->b.{b}.relu", (0, 1))
+            for b in range(n_blocks)
+        ]
+        others = [
+            trial.suggest_categorical(f"fuse:b.{b}.relu->b.{b + 1}.conv", (0, 1))
+            for b in range(n_blocks)
+        ]
+        return 0.1 * sum(fused) + 0.1 * sum(others) - (10.0 if all(fused) else 0.0)
+
+    study = optuna.create_study(sampler=LocalSearchSampler(seed=0))
+    study.enqueue_trial({p: 0 for p in _block_params(n_blocks)})
+    study.optimize(objective, n_trials=4)  # the start, then sibling moves come first
+    assert study.best_value == pytest.approx(-10.0 + 0.1 * n_blocks)
+
+
+def _block_params(n_blocks: int) -> list[str]:
+    return [f"fuse:b.{b}.conv->b.{b}.relu" for b in range(n_blocks)] + [
+        f"fuse:b.{b}.relu->b.{b + 1}.conv" for b in range(n_blocks)
+    ]
+
+
 def test_values_stay_inside_mixed_distributions() -> None:
     dists = {
         "cat": CategoricalDistribution(("a", "b", "c")),
@@ -152,12 +179,16 @@ def test_least_violating_trial_leads_while_none_is_feasible() -> None:
 
 def test_registered_in_the_space_and_the_driver() -> None:
     assert {"local", "local-tpe"} <= set(SAMPLERS)
-    assert parse_space({"sampler": "local"}).sampler == "local"
+    assert parse_space({"sampler": "local-tpe"}).sampler == "local-tpe"
+    # the default (measured better than tpe in results/bench_search.json), file and embedded
+    shipped = Path(__file__).resolve().parents[1] / "search_spaces" / "default.yaml"
+    assert load_space(None).sampler == load_space(shipped).sampler == parse_space({}).sampler
+    assert parse_space({}).sampler == "local"
     plain, hybrid = make_sampler("local", 0), make_sampler("local-tpe", 0)
     assert isinstance(plain, LocalSearchSampler) and isinstance(hybrid, LocalSearchSampler)
     assert isinstance(plain._independent, optuna.samplers.RandomSampler)
     assert isinstance(hybrid._independent, optuna.samplers.TPESampler)
-    with pytest.raises(ConfigError, match="sampler 'loca' is not known; allowed: .*local"):
+    with pytest.raises(ConfigError, match=r"sampler 'loca' is not known; allowed: .*local"):
         make_sampler("loca", 0)
     with pytest.raises(ConfigError, match="did you mean 'local'"):
         parse_space({"sampler": "locale"}, source="<test>")

@@ -22,7 +22,7 @@ SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 
 def test_default_space_is_embedded_and_shipped() -> None:
     space = load_space()
-    assert (space.objective, space.sampler, space.trials) == ("traffic", "tpe", DEFAULT_TRIALS)
+    assert (space.objective, space.sampler, space.trials) == ("traffic", "local", DEFAULT_TRIALS)
     assert space.knobs == () and space.constraints == () and space.hardware is None
     assert (SPACES / "default.yaml").read_text() == DEFAULT_SPACE_YAML
     shipped = load_space(SPACES / "default.yaml")

@@ -38,7 +38,10 @@ def register(sub: Any) -> None:
         help="evaluation processes (Ray CPUs); 1 = serial",
     )
     p.add_argument("--address", help="join an existing Ray cluster ('auto' or host:port)")
-    p.add_argument("--sampler", help="tpe | random | nsga2 | bruteforce (default: from the space)")
+    p.add_argument(
+        "--sampler",
+        help="local | local-tpe | tpe | random | nsga2 | bruteforce (default: the space's, local)",
+    )
     p.add_argument(
         "--objective", help="traffic | energy | cycles | edp | multi (default: from the space)"
     )

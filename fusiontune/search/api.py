@@ -124,7 +124,8 @@ def search(
         workers: evaluation processes (Ray CPUs).
         backend: ``ray`` or ``serial``; default ``serial`` for one worker, else ``ray``.
         address: join an existing Ray cluster.
-        sampler: ``tpe``, ``random``, ``nsga2`` or ``bruteforce`` (overrides the space).
+        sampler: ``local`` (default), ``local-tpe``, ``tpe``, ``random``, ``nsga2`` or
+            ``bruteforce`` (overrides the space).
         objective: ``traffic``, ``energy``, ``cycles``, ``edp`` or ``multi`` (overrides the space).
         seed: sampler seed (``None``: random).
         study: study name (default: the model's name).

@@ -9,12 +9,14 @@ promising moves first, and takes the first improvement:
 1. *translations* of moves that improved before: DNNs repeat blocks, so a move that helped
    ``features.5`` is tried on ``features.6``, ``features.4``, ... (numbers in the parameter
    names shifted; numbers glued to letters, as in ``relu6``, are kept);
-2. every single change, changes of the incumbent's rarest values first (cheap to sweep: in a
+2. *sibling* moves: one value for every parameter with the same name up to its numbers (fuse,
+   or cut, the same edge in every block at once);
+3. every single change, changes of the incumbent's rarest values first (cheap to sweep: in a
    greedy plan, the few unfused edges);
-3. pairs of changes at most ``WINDOW`` apart in the parameter order (edges are listed in
+4. pairs of changes at most ``WINDOW`` apart in the parameter order (edges are listed in
    topological order, so these are nearby edges: move a group boundary = cut one edge and
    fuse another);
-4. once the neighbourhood is exhausted, ``1 + Poisson(rate)`` random changes in a window,
+5. once the neighbourhood is exhausted, ``1 + Poisson(rate)`` random changes in a window,
    ``rate`` doubling every ``patience`` proposals; after ``restart_after`` trials without
    improvement the walk starts from a uniform crossover of the best and another elite trial.
 
@@ -22,7 +24,7 @@ An assignment already proposed is not proposed again. Infeasible trials (a const
 ``trial.set_constraint`` > 0) become the incumbent only while no trial is feasible (then the
 least violating one). With several objectives the first one ranks the trials. Numeric
 parameters (hardware knobs) go to the independent sampler: random by default, TPE in the hybrid
-``local-tpe``. Deterministic for a fixed seed.
+``local-tpe``. Deterministic for a fixed seed and order of results (the serial backend).
 """
 
 from __future__ import annotations
@@ -124,13 +126,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
     ) -> Params:
         ranked = _ranked(study)
         best = ranked[0] if ranked else None
-        names = [  # categorical parameters of the incumbent, in its order
-            n
-            for n in (best.distributions if best is not None else ())
-            if isinstance(search_space.get(n), CategoricalDistribution)
-            and len(search_space[n].choices) > 1  # type: ignore[attr-defined]
-            and best.params[n] in search_space[n].choices  # type: ignore[attr-defined]
-        ]
+        names = [] if best is None else _local_names(best, search_space)
         out = {
             n: self._independent.sample_independent(study, trial, n, d)
             for n, d in search_space.items()
@@ -143,6 +139,9 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         if self._walk is None or self._walk[0] != best.number:
             self._walk = (best.number, self._neighbours(base, names, search_space))
             self._random_proposals = 0
+            for t in study.get_trials(deepcopy=False):  # enqueued or resumed ones included
+                if all(n in t.params for n in names):
+                    self._proposed.add(_key({n: t.params[n] for n in names}))
         stall = _stall(study, best)
         restart_after = self._restart_after or RESTART_FACTOR * len(names)
         proposal = next((p for p in self._walk[1] if _key(p) not in self._proposed), None)
@@ -168,7 +167,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
     def _neighbours(
         self, base: Params, names: list[str], space: dict[str, BaseDistribution]
     ) -> Iterator[Params]:
-        """Moves around ``base``, most promising first (steps 1-3 of the module docstring)."""
+        """Moves around ``base``, most promising first (steps 1-4 of the module docstring)."""
 
         def others(name: str) -> list[Any]:
             return [c for c in space[name].choices if c != base[name]]  # type: ignore[attr-defined]
@@ -180,10 +179,20 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
                     break  # no numbers to shift
                 if all(n in base and v in others(n) for n, v in moved.items()):
                     yield {**base, **moved}
-        counts = Counter(base.values())
+        siblings: dict[str, list[str]] = {}
+        for name in names:
+            siblings.setdefault(_NUMBER.sub("#", name), []).append(name)
+        for group in (g for g in siblings.values() if len(g) > 1):
+            for choice in space[group[0]].choices:  # type: ignore[attr-defined]
+                moved = {n: choice for n in group if choice in others(n)}
+                if moved:
+                    yield {**base, **moved}
+        kinds = [space[n].choices for n in names]  # type: ignore[attr-defined]
+        share, size = Counter(zip(kinds, base.values())), Counter(kinds)
+        rarity = [share[k, base[n]] / size[k] for k, n in zip(kinds, names)]  # value's share
         rank = self._rng.permutation(len(names))
         order = sorted(  # singles, then pairs by distance; rarest incumbent values first
-            (j != i, counts[base[names[i]]], abs(j - i), rank[i], i, j)
+            (j != i, rarity[i], abs(j - i), rank[i], i, j)
             for i in range(len(names))
             for j in range(max(0, i - WINDOW), min(len(names), i + WINDOW + 1))
         )
@@ -229,28 +238,45 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        """Learn from a proposal: an improving move is kept to be translated and wakes up the
-        moves near it; any other move is marked looked-at (tried last from now on)."""
+        """Learn from the move the trial made (:meth:`_learn`), then let the independent
+        sampler see the trial."""
         origin = self._origin.pop(trial.number, None)
         if origin is not None:
-            move = tuple(
-                sorted(
-                    (n, v) for n, v in trial.params.items() if n in origin[1] and origin[1][n] != v
-                )
+            improved = (
+                state == TrialState.COMPLETE
+                and values is not None
+                and (_violation(trial), _sign(study) * values[0]) < origin[0]
             )
-            done = state == TrialState.COMPLETE and values is not None
-            if done and (_violation(trial), _sign(study) * values[0]) < origin[0]:  # type: ignore[index]
-                if move and move not in self._templates:
-                    self._templates = [move, *self._templates][:N_TEMPLATES]
-                near = {
-                    n
-                    for n, i in self._position.items()
-                    if any(abs(i - self._position.get(m, -WINDOW - i)) <= WINDOW for m, _ in move)
-                }
-                self._looked = {m for m in self._looked if not any(n in near for n, _ in m)}
-            else:
-                self._looked.add(move)
+            base = origin[1]
+            self._learn(
+                tuple(sorted((n, v) for n, v in trial.params.items() if base.get(n, v) != v)),
+                improved,
+            )
         self._independent.after_trial(study, trial, state, values)
+
+    def _learn(self, move: Move, improved: bool) -> None:
+        """An improving move is kept to be translated and wakes up the moves near it; any
+        other move is marked looked-at (tried last from now on: "don't look" bits)."""
+        if not improved:
+            self._looked.add(move)
+            return
+        if move and move not in self._templates:
+            self._templates = [move, *self._templates][:N_TEMPLATES]
+        changed = [self._position[n] for n, _ in move if n in self._position]
+        near = {n for n, i in self._position.items() if any(abs(i - c) <= WINDOW for c in changed)}
+        self._looked = {m for m in self._looked if not any(n in near for n, _ in m)}
+
+
+def _local_names(best: FrozenTrial, space: dict[str, BaseDistribution]) -> list[str]:
+    """The parameters searched locally: categorical ones of the incumbent with a choice left
+    (its value still allowed), in the incumbent's order (edges in topological order)."""
+    return [
+        name
+        for name, value in best.params.items()
+        if isinstance(dist := space.get(name), CategoricalDistribution)
+        and len(dist.choices) > 1
+        and value in dist.choices
+    ]
 
 
 def _violation(trial: FrozenTrial) -> float:

@@ -9,7 +9,7 @@ Format::
 
     hardware: null            # preset name or YAML path; null = the simulator's default preset
     objective: traffic        # traffic | energy | cycles | edp | multi
-    sampler: tpe              # tpe | random | nsga2 | bruteforce
+    sampler: local            # local | local-tpe | tpe | random | nsga2 | bruteforce
     trials: 300
     max_group_size: 12        # planner rule 8
     knobs:                    # optional hardware knobs, each a HardwareConfig field
@@ -37,6 +37,10 @@ SAMPLERS = ("tpe", "random", "nsga2", "bruteforce", "local", "local-tpe")
 local search of :mod:`fusiontune.search.samplers` (random knobs), ``local-tpe`` the same with
 TPE for the hardware knobs."""
 
+DEFAULT_SAMPLER = "local"
+"""Best/optimum traffic after 300 trials, mean of 3 seeds (results/bench_search.json): local
+1.000 / 1.036 / 1.169 on bert_encoder / resnet18 / mobilenet_v2, tpe 1.000 / 1.147 / 3.411."""
+
 OBJECTIVE_METRICS: Mapping[str, tuple[str, ...]] = {
     "traffic": ("traffic_bytes",),
     "energy": ("energy_pj",),
@@ -50,8 +54,8 @@ ADDITIVE_OBJECTIVES = ("traffic", "energy", "cycles")
 """Objectives that are sums of per-group costs (the exact oracle solves these)."""
 
 DEFAULT_TRIALS = 300
-"""Default budget: ``fusiontune search resnet18`` (Ray, 2 workers) takes about 30 s on 2 cores,
-well inside the two-minute target; TPE found nothing better in 1000 trials (measured)."""
+"""Default budget: ``fusiontune search resnet18`` (Ray, 2 workers) takes well under a minute
+on 2 cores, inside the two-minute target (measured; see results/bench_search.json)."""
 
 DEFAULT_MAX_GROUP_SIZE = 12
 """Planner rule 8 default (PlannerConfig.max_group_size)."""
@@ -60,7 +64,7 @@ DEFAULT_SPACE_YAML = """\
 # fusiontune default search space: fusion decisions only, on the default hardware preset.
 hardware: null          # preset name or YAML path; null = the simulator's default preset
 objective: traffic      # traffic | energy | cycles | edp | multi
-sampler: tpe            # tpe | random | nsga2 | bruteforce
+sampler: local          # local | local-tpe | tpe | random | nsga2 | bruteforce
 trials: 300             # resnet18: about 30 s on 2 cores
 max_group_size: 12      # planner rule 8: largest fusion group considered
 knobs: {}               # hardware knobs to co-search (see codesign.yaml)
@@ -131,7 +135,7 @@ class SearchSpace:
 
     hardware: str | None = None
     objective: str = "traffic"
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     trials: int = DEFAULT_TRIALS
     max_group_size: int = DEFAULT_MAX_GROUP_SIZE
     knobs: tuple[Knob, ...] = ()
@@ -202,7 +206,7 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     if hardware is not None and not isinstance(hardware, str):
         raise ConfigError(f"{source}: hardware must be a preset name, a YAML path or null")
     objective = _choice(data, "objective", OBJECTIVES, "traffic", source)
-    sampler = _choice(data, "sampler", SAMPLERS, "tpe", source)
+    sampler = _choice(data, "sampler", SAMPLERS, DEFAULT_SAMPLER, source)
     trials = _positive_int(data, "trials", DEFAULT_TRIALS, source)
     max_group_size = _positive_int(data, "max_group_size", DEFAULT_MAX_GROUP_SIZE, source)
     knobs = tuple(_parse_knob(name, spec, source) for name, spec in _mapping(data, "knobs", source))
