@@ -27,7 +27,7 @@ from exp_common import print_rows, write_outputs
 
 from fusiontune.frontend.zoo import ZOO, build_zoo, zoo_models
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import greedy_plan, unfused_plan
+from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
 from fusiontune.planner.candidates import PlannerConfig
 from fusiontune.planner.plan import Plan
 from fusiontune.sim.cost import Metrics, lower_bound, simulate
@@ -63,12 +63,12 @@ def _plan_row(base: dict[str, Any], plan: str, m: Metrics, unfused: Metrics) -> 
 
 
 def best_found(graph: Graph, preset: str, trials: int, seed: int = 0) -> Plan | None:
-    """Best feasible plan of a short TPE search on the traffic objective (None if none)."""
+    """Best feasible plan of a short search (``local`` sampler) on traffic (None if none)."""
     from fusiontune.search.api import search
     from fusiontune.search.space import parse_space
 
     space = parse_space(
-        {"hardware": preset, "objective": "traffic", "sampler": "tpe", "trials": trials},
+        {"hardware": preset, "objective": "traffic", "sampler": "local", "trials": trials},
         source="exp_zoo",
     )
     with tempfile.TemporaryDirectory() as out:
@@ -80,13 +80,14 @@ def best_found(graph: Graph, preset: str, trials: int, seed: int = 0) -> Plan | 
 def model_rows(
     graph: Graph, input_size: int, preset: str, hw: HardwareConfig, trials: int
 ) -> list[dict[str, Any]]:
-    """The five plan sources of one model on one preset."""
+    """The plan sources of one model on one preset."""
     from fusiontune.search.oracle import exact_optimum
 
     base = {"model": graph.name, "input_size": input_size, "preset": preset}
     unfused = simulate(graph, unfused_plan(graph), hw)
     rows = [
         _plan_row(base, "unfused", unfused, unfused),
+        _plan_row(base, "tvm_like", simulate(graph, tvm_like_plan(graph), hw), unfused),
         _plan_row(base, "greedy", simulate(graph, greedy_plan(graph), hw), unfused),
     ]
     start = time.perf_counter()
