@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fusiontune.cli._common import add_model_arguments, load_graph, positive_int
 from fusiontune.errors import ConfigError
 from fusiontune.ir.graph import Graph
 
@@ -19,39 +20,27 @@ def register(sub: Any) -> None:
         description="Count the legal fusion plans of a model (exactly), show the unfused and "
         "greedy plans, list plans, or explain why each edge can or cannot be fused.",
     )
-    p.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
+    add_model_arguments(p)
     p.add_argument("--count", action="store_true", help="print only the number of legal plans")
-    p.add_argument("--limit", type=_positive_int, metavar="N", help="list the first N plans")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="list the first N plans")
     p.add_argument("--explain", action="store_true", help="explain every activation edge")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--out", metavar="PLAN.json", help="write the greedy plan's JSON here")
-    p.add_argument("--max-group-size", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-group-size", type=positive_int, default=None, metavar="N",
                    help="rule 8: most ops per group (default 12)")  # fmt: skip
     p.add_argument("--patterns", default=None, metavar="P1,P2,...",
                    help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
-    p.add_argument("--input-size", type=_positive_int, default=None,
-                   help="zoo models: spatial side, MLP width or BERT sequence length")  # fmt: skip
-    p.add_argument("--batch", type=_positive_int, default=None, help="zoo models: batch size")
-    p.add_argument("--input-shape", action="append", default=None, metavar="NAME=D,D,...",
-                   help="static shape of an ONNX graph input (repeatable)")  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the model, then print what was asked; returns the exit code."""
-    from fusiontune.frontend.loader import load_model, parse_input_shapes
     from fusiontune.planner.baselines import greedy_plan, unfused_plan
     from fusiontune.planner.candidates import PlannerConfig, candidate_edges, group_pattern
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
     from fusiontune.planner.explain import explain, format_explanations
 
-    zoo_kwargs = {
-        key: value
-        for key, value in (("input_size", args.input_size), ("batch", args.batch))
-        if value is not None
-    }
-    shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
-    graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    graph = load_graph(args)
     cfg_kwargs: dict[str, Any] = {}
     if args.max_group_size is not None:
         cfg_kwargs["max_group_size"] = args.max_group_size
@@ -116,13 +105,3 @@ def _parse_patterns(text: str) -> frozenset[str]:
     if not parts:
         raise ConfigError("--patterns: give at least one of P1, P2, P3, P4 (e.g. P1,P2)")
     return parts
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value

@@ -12,6 +12,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from fusiontune.cli._common import add_model_arguments, load_graph, positive_int
 from fusiontune.cli.models import format_shape, format_table
 
 if TYPE_CHECKING:
@@ -29,18 +30,9 @@ def register(sub: Any) -> None:
         description="Show each op of a model: type, class, output shape, MACs, params, "
         "output bytes.",
     )
-    parser.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
+    add_model_arguments(parser)
     parser.add_argument(
-        "--input-size", type=_positive_int, default=None,
-        help="zoo models: spatial side (CNNs), feature width (MLPs) or sequence length (BERT)",
-    )  # fmt: skip
-    parser.add_argument("--batch", type=_positive_int, default=None, help="zoo models: batch size")
-    parser.add_argument(
-        "--input-shape", action="append", default=None, metavar="NAME=D,D,...",
-        help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--act-bits", type=_positive_int, default=DEFAULT_ACT_BITS,
+        "--act-bits", type=positive_int, default=DEFAULT_ACT_BITS,
         help=f"bits per activation element; bytes = ceil(bits/8) (default {DEFAULT_ACT_BITS})",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -49,15 +41,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the model and print its ops; returns the exit code."""
-    from fusiontune.frontend.loader import load_model, parse_input_shapes
 
-    zoo_kwargs = {
-        key: value
-        for key, value in (("input_size", args.input_size), ("batch", args.batch))
-        if value is not None
-    }
-    input_shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
-    graph = load_model(args.model, input_shapes=input_shapes, **zoo_kwargs)
+    graph = load_graph(args)
     report = describe(graph, args.act_bits)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -135,13 +120,3 @@ def _as_text(report: dict[str, Any]) -> str:
          f"{totals['output_bytes']:,}")
     )  # fmt: skip
     return "\n".join([*header, format_table(headers, rows, right_aligned=(4, 5, 6))])
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fusiontune.cli._common import add_model_arguments, load_graph
 from fusiontune.errors import ConfigError
 
 BASELINE_PLANS = ("unfused", "tvm_like", "greedy")
@@ -23,7 +24,7 @@ def register(sub: Any) -> None:
         "model): totals, the per-group table, and the savings against the unfused plan and "
         "the compulsory lower bound. --verify also executes the plan and checks it.",
     )
-    p.add_argument("model", metavar="MODEL", help="zoo model name or path to an .onnx file")
+    add_model_arguments(p)
     p.add_argument("--plan", default="greedy", metavar="unfused|tvm_like|greedy|PLAN.json",
                    help="a baseline plan or a plan JSON file (default greedy)")  # fmt: skip
     p.add_argument("--hw", default=None, metavar="PRESET|FILE",
@@ -33,38 +34,16 @@ def register(sub: Any) -> None:
     p.add_argument("--numerics", choices=("float", "cim"), default="float",
                    help="numerics of --verify (default float)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--input-size", type=_positive_int, default=None,
-                   help="zoo models: spatial side, MLP width or BERT sequence length")  # fmt: skip
-    p.add_argument("--batch", type=_positive_int, default=None, help="zoo models: batch size")
-    p.add_argument("--input-shape", action="append", default=None, metavar="NAME=D,D,...",
-                   help="static shape of an ONNX graph input (repeatable)")  # fmt: skip
     p.set_defaults(func=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
     """Load model, plan and hardware; print the report. Returns the exit code."""
-    from fusiontune.frontend.loader import load_model, parse_input_shapes
     from fusiontune.planner.baselines import unfused_plan
     from fusiontune.sim.cost import simulate
     from fusiontune.sim.hardware import load_hardware
 
-    zoo_kwargs = {
-        key: value
-        for key, value in (("input_size", args.input_size), ("batch", args.batch))
-        if value is not None
-    }
-    shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
-    graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    graph = load_graph(args)
     hw = load_hardware(args.hw)
     plan = _load_plan(graph, args.plan)
     metrics = simulate(graph, plan, hw)
