@@ -180,12 +180,23 @@ class Problem:
         return out
 
     def greedy_params(self) -> dict[str, Any]:
-        """Parameters that describe ``greedy_plan`` (enqueued as the first trial, so the search
-        starts from the greedy baseline): an edge is fused when both ends share a group, a
-        chain takes the mode of the group holding its first op."""
+        """Parameters that describe ``greedy_plan`` (the first trial of a new study)."""
         from fusiontune.planner.baselines import greedy_plan
 
-        plan = greedy_plan(self.graph, self.config)
+        return self.plan_params(greedy_plan(self.graph, self.config))
+
+    def start_params(self) -> list[dict[str, Any]]:
+        """The trials a new study starts from: the greedy plan (maximal fusion, blind to the
+        hardware) and the TVM-like plan (small groups: feasible on a tight chip where greedy
+        overflows the buffer), so the search always has a good and a feasible incumbent."""
+        from fusiontune.planner.baselines import tvm_like_plan
+
+        starts = [self.greedy_params(), self.plan_params(tvm_like_plan(self.graph, self.config))]
+        return [p for i, p in enumerate(starts) if p not in starts[:i]]
+
+    def plan_params(self, plan: Plan) -> dict[str, Any]:
+        """Parameters that describe ``plan``: an edge is fused when both ends share a group, a
+        chain takes the mode of the group holding its first op."""
         group_of = plan.group_of()
         params: dict[str, Any] = {
             edge_param(e): int(group_of[e[0]] == group_of[e[1]]) for e in self.edges
@@ -409,7 +420,7 @@ def open_study(
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
     finished ones replayed into the in-memory mirror the sampler works on. A new study's
-    first trial is the greedy plan unless ``start_from_greedy`` is false."""
+    first trials are the greedy and TVM-like plans unless ``start_from_greedy`` is false."""
     import optuna
     from optuna.trial import TrialState
 
@@ -436,7 +447,8 @@ def open_study(
     if name not in existing:
         persistent.set_user_attr("space", problem.space.to_dict())
         if start_from_greedy:
-            memory.enqueue_trial(problem.greedy_params())
+            for params in problem.start_params():
+                memory.enqueue_trial(params)
         return StudyStore(persistent, memory, 0, flush_interval_s)
     if len(persistent.directions) != len(problem.directions):
         raise StorageError(
