@@ -2,8 +2,9 @@
 
 For every zoo model on ``isaac_reram`` and ``sram_edge``, the traffic objective:
 
-- ``unfused``: every op alone; ``greedy``: the planner's greedy baseline (hardware-blind, so
-  it can be infeasible on a small chip); ``best_found``: a short TPE search
+- ``unfused``: every op alone; ``tvm_like``: a general compiler's fusion; ``greedy``: the
+  planner's greedy baseline (hardware-blind, so it can be infeasible on a small chip);
+  ``best_found``: a short search with the default local sampler
   (``fusiontune.search``, feasible plans only); ``oracle``: the proven traffic optimum over
   feasible groups (MILP, ``fusiontune.search.oracle``); ``lower_bound``: compulsory traffic
   (graph inputs and outputs, plus the least weight bytes when weights are not resident).
@@ -231,8 +232,10 @@ NOTES = [
     "widths, bert_encoder at sequence length 128. Batch 1 (2 for resnet18_train).",
     "greedy ignores the hardware: on sram_edge (32 KiB buffer, 64 crossbars) its large groups "
     "overflow the buffer (feasible=false), so its traffic can be below the feasible optimum.",
-    "best_found: TPE search with --trials trials, seed 0, feasible plans only; seconds = wall "
-    "time of the search. oracle: exact optimum over feasible candidate groups; seconds = "
+    "tvm_like: what a general compiler fuses (an op absorbs the element-wise ops after it; "
+    "BatchNorm never joins its conv, no pooling, no LINEAR pairs). best_found: search with "
+    "the default local sampler, --trials trials, seed 0, starting from the greedy and "
+    "tvm_like plans, feasible plans only; seconds = wall time of the search. oracle: exact optimum over feasible candidate groups; seconds = "
     "MILP + group costs. lower_bound: compulsory traffic, a bound no plan reaches in general.",
     "Ablation (third and fourth tables): exact optimum with only the listed patterns "
     "enabled; *_gain is the fraction of the previous column's traffic the added pattern "
