@@ -235,7 +235,8 @@ NOTES = [
     "tvm_like: what a general compiler fuses (an op absorbs the element-wise ops after it; "
     "BatchNorm never joins its conv, no pooling, no LINEAR pairs). best_found: search with "
     "the default local sampler, --trials trials, seed 0, starting from the greedy and "
-    "tvm_like plans, feasible plans only; seconds = wall time of the search. oracle: exact optimum over feasible candidate groups; seconds = "
+    "tvm_like plans, feasible plans only; seconds = wall time of the search. oracle: "
+    "exact optimum over feasible candidate groups; seconds = "
     "MILP + group costs. lower_bound: compulsory traffic, a bound no plan reaches in general.",
     "Ablation (third and fourth tables): exact optimum with only the listed patterns "
     "enabled; *_gain is the fraction of the previous column's traffic the added pattern "
