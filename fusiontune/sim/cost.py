@@ -74,11 +74,10 @@ FLOAT_FIELDS = (
 
 
 @dataclass(frozen=True)
-class GroupMetrics:
-    """Cost of one group on one hardware config (fields as in the module docstring)."""
+class CostFields:
+    """The cost fields shared by a group and a whole plan: the additive counts and energies
+    (:data:`INT_FIELDS`, :data:`FLOAT_FIELDS`), then capacity and feasibility."""
 
-    ops: tuple[str, ...]
-    mode: str
     act_read_bytes: int
     act_write_bytes: int
     weight_load_bytes: int
@@ -108,21 +107,30 @@ class GroupMetrics:
     crossbars_needed: int
     feasible: bool
     violations: tuple[str, ...]
-    vector: np.ndarray = field(repr=False, compare=False)  # see _group_cost
 
-    def as_dict(self) -> dict[str, Any]:
-        """Flat row for the ``groups`` table (ops joined by ``+``, violations by ``; ``)."""
-        out: dict[str, Any] = {"ops": "+".join(self.ops), "n_ops": len(self.ops), "mode": self.mode}
-        for f in fields(self)[2:]:
-            if f.name == "vector":
-                continue
-            out[f.name] = getattr(self, f.name)
+    def cost_dict(self) -> dict[str, Any]:
+        """The cost fields as a flat dict (violations joined by ``; ``)."""
+        out = {f.name: getattr(self, f.name) for f in fields(CostFields)}
         out["violations"] = "; ".join(self.violations)
         return out
 
 
 @dataclass(frozen=True)
-class Metrics:
+class GroupMetrics(CostFields):
+    """Cost of one group on one hardware config (fields as in the module docstring)."""
+
+    ops: tuple[str, ...]
+    mode: str
+    vector: np.ndarray = field(repr=False, compare=False)  # see _group_cost
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat row for the ``groups`` table (ops joined by ``+``, violations by ``; ``)."""
+        head = {"ops": "+".join(self.ops), "n_ops": len(self.ops), "mode": self.mode}
+        return {**head, **self.cost_dict()}
+
+
+@dataclass(frozen=True)
+class Metrics(CostFields):
     """Totals of a plan on one hardware config; ``groups`` holds the per-group rows.
 
     Additive fields are sums over groups; ``buffer_needed_bytes`` is the max over groups,
@@ -134,43 +142,18 @@ class Metrics:
     graph_hash: str
     hw_hash: str
     n_groups: int
-    act_read_bytes: int
-    act_write_bytes: int
-    weight_load_bytes: int
-    act_traffic_bytes: int
-    traffic_bytes: int
-    dram_read_bytes: int
-    dram_write_bytes: int
-    buffer_access_bytes: int
-    macs: int
-    cell_ops: int
-    adc_conversions: int
-    dac_drives: int
-    digital_ops: int
-    programmed_cells: int
-    compute_cycles: int
-    memory_cycles: int
-    cycles: int
-    dram_pj: float
-    buffer_pj: float
-    cell_pj: float
-    adc_pj: float
-    dac_pj: float
-    digital_pj: float
-    weight_program_pj: float
-    energy_pj: float
-    buffer_needed_bytes: int
-    crossbars_needed: int
     lower_bound_bytes: int
-    feasible: bool
-    violations: tuple[str, ...]
     groups: tuple[GroupMetrics, ...] = field(repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """Flat row for the ``trials`` table (no per-group rows; violations joined by ``; ``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "groups"}
-        out["violations"] = "; ".join(self.violations)
-        return out
+        head = {
+            "graph_name": self.graph_name,
+            "graph_hash": self.graph_hash,
+            "hw_hash": self.hw_hash,
+            "n_groups": self.n_groups,
+        }
+        return {**head, **self.cost_dict(), "lower_bound_bytes": self.lower_bound_bytes}
 
     def group_rows(self) -> list[dict[str, Any]]:
         """One flat dict per group (the ``groups`` table)."""
