@@ -19,6 +19,7 @@ is retried once plan by plan, so only the plan that kills its worker fails.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -335,6 +336,7 @@ class RayBackend(Backend):
                     include_dashboard=False,
                     runtime_env=_runtime_env(),
                     log_to_driver=False,
+                    logging_level=logging.ERROR,  # Ray's start-up chatter would bury the summary
                 )
         if self.address:
             self.workers = max(1, int(ray.cluster_resources().get("CPU", self.workers)))
