@@ -8,7 +8,7 @@ Messages name the file, the field or the op, and what is allowed.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class FusiontuneError(Exception):
@@ -37,6 +37,19 @@ class ConfigError(FusiontuneError):
 
 class StorageError(FusiontuneError):
     """A results folder or study storage cannot be used."""
+
+
+def check_keys(
+    data: Iterable[object], allowed: Sequence[str], where: str, label: str = "allowed"
+) -> None:
+    """Raise :class:`ConfigError` for the first key of ``data`` not in ``allowed``, naming
+    ``where``, the closest allowed key and the full list."""
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown key '{key}'{closest(str(key), allowed)}; "
+                f"{label}: {', '.join(allowed)}"
+            )
 
 
 def closest(word: str, choices: Iterable[str]) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fusiontune.errors import ConfigError, closest
+from fusiontune.errors import ConfigError, check_keys, closest
 
 OBJECTIVES = ("traffic", "energy", "cycles", "edp", "multi")
 """Objective names; ``multi`` minimises traffic, energy and cycles together."""
@@ -196,12 +196,7 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of keys {', '.join(_TOP_KEYS)}")
-    for key in data:
-        if key not in _TOP_KEYS:
-            raise ConfigError(
-                f"{source}: unknown key '{key}'{closest(str(key), _TOP_KEYS)}; "
-                f"allowed: {', '.join(_TOP_KEYS)}"
-            )
+    check_keys(data, _TOP_KEYS, source)
     hardware = data.get("hardware")
     if hardware is not None and not isinstance(hardware, str):
         raise ConfigError(f"{source}: hardware must be a preset name, a YAML path or null")
@@ -308,12 +303,7 @@ def _parse_knob(name: str, spec: Any, source: str) -> Knob:
     where = f"{source}: knobs.{name}"
     if not isinstance(spec, dict):
         raise ConfigError(f"{where} must be a mapping with 'choices' or 'low'/'high', got {spec!r}")
-    for key in spec:
-        if key not in _KNOB_KEYS:
-            raise ConfigError(
-                f"{where}: unknown key '{key}'{closest(str(key), _KNOB_KEYS)}; "
-                f"allowed: {', '.join(_KNOB_KEYS)}"
-            )
+    check_keys(spec, _KNOB_KEYS, where)
     if "choices" in spec:
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fusiontune.errors import ConfigError, closest
+from fusiontune.errors import ConfigError, check_keys, closest
 
 KIB = 1024
 
@@ -289,12 +289,7 @@ def _adc_table(value: Any, source: str) -> tuple[tuple[int, float], ...]:
 
 
 def _build(data: dict[str, Any], source: str) -> HardwareConfig:
-    for key in data:
-        if key not in _KEYS:
-            raise ConfigError(
-                f"{source}: unknown key '{key}'{closest(str(key), _KEYS)}; "
-                f"allowed keys: {', '.join(_KEYS)}"
-            )
+    check_keys(data, _KEYS, source, label="allowed keys")
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key == "adc_pj_by_bits":
