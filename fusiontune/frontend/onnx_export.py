@@ -4,7 +4,7 @@ Constants become initializers; attributes are converted to ONNX attributes (tupl
 int/float lists, ndarrays become tensors). Operands that moved from attributes to inputs
 between opsets (an OpDef's ``operand``: Reduce*/Squeeze/Unsqueeze ``axes``, Split ``split``)
 are rewritten for the target opset, and ops whose form changed otherwise (an OpDef's
-``export``: training-mode BatchNormalization, Split's ``num_outputs``) are written as the
+``export``: a training-mode batch norm, Split's ``num_outputs``) are written as the
 target opset wants them, so a graph imported from an old model exports to a new one.
 """
 

@@ -36,7 +36,9 @@ Inputs = Sequence["Array | None"]
 Kernel = Callable[["Op", Inputs], list[Array]]
 """``kernel(op, inputs) -> outputs``: inputs in ONNX order, constants included, ``None`` for an
 omitted optional input; one array per output (trailing optional outputs may be left out)."""
-ShapeFn = Callable[["Op", Mapping[str, "Tensor"], list["Shape | None"], int], list["Shape | None"]]
+Shapes = list["Shape | None"]
+Tensors = Mapping[str, "Tensor"]
+ShapeFn = Callable[["Op", Tensors, Shapes, int], Shapes]
 """``shape(op, tensors, input_shapes, n_outputs) -> output shapes`` (``None``: unknown)."""
 IsConstant = Callable[[str], bool]
 Classifier = Callable[["Op", IsConstant], OpClass]
@@ -148,6 +150,8 @@ class OpDef:
         linear_map: a WINDOW op that is a linear map of its input (average pools): not a
             nonlinearity for rule 2.
         training: the op normalizes with batch statistics (rule 3), not stored ones.
+        reorders: a LAYOUT op that moves elements (Transpose); the other LAYOUT ops are views
+            that keep the element order (a merge chain follows its feature axis through them).
 
     ONNX files:
         operand: an attribute that became an input at some opset (the exporter moves it).
@@ -176,6 +180,7 @@ class OpDef:
     affine: Affine | None = None
     linear_map: bool = False
     training: Callable[[Op], bool] | None = None
+    reorders: bool = False
     operand: OperandMove | None = None
     export: ExportFn | None = None
     out_dtypes: Mapping[int, str] = field(default_factory=dict)
@@ -312,7 +317,7 @@ def norm_axis(axis: int, rank: int, op: Op, extra: int = 0) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def const_input(op: Op, tensors: Mapping[str, Tensor], index: int) -> np.ndarray | None:
+def const_input(op: Op, tensors: Tensors, index: int) -> np.ndarray | None:
     """The value of constant input ``index``; ``None`` when omitted; error when not constant."""
     if len(op.inputs) <= index or not op.inputs[index]:
         return None
@@ -334,14 +339,14 @@ def int_list(value: np.ndarray | None, attr_value: object) -> list[int] | None:
     return None
 
 
-def same_shape(op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n: int) -> list:
+def same_shape(op: Op, tensors: Tensors, ins: Shapes, n: int) -> Shapes:
     """Output 0 has the shape of input 0 (element-wise ops)."""
     x = ins[0]
     assert x is not None
     return [tuple(x)] + [None] * (n - 1)
 
 
-def broadcast_rule(op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n: int) -> list:
+def broadcast_rule(op: Op, tensors: Tensors, ins: Shapes, n: int) -> Shapes:
     """Output 0 has the broadcast shape of every present input."""
     try:
         return [broadcast_shapes(*[s for s in ins if s is not None])] + [None] * (n - 1)
@@ -349,7 +354,7 @@ def broadcast_rule(op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None
         raise ShapeError(f"op '{op.name}' ({op.op_type}): {exc}") from None
 
 
-def shape_axes(op: Op, tensors: Mapping[str, Tensor], index: int) -> list[int] | None:
+def shape_axes(op: Op, tensors: Tensors, index: int) -> list[int] | None:
     """``axes`` from the attribute (older opsets) or the constant input ``index`` (newer)."""
     if op.attr("axes") is not None:
         return [int(a) for a in op.attr("axes")]

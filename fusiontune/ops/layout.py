@@ -7,7 +7,7 @@ element ops for them and a fused group treats them as views.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +20,8 @@ from fusiontune.ops.base import (
     OpDef,
     OperandMove,
     Shape,
+    Shapes,
+    Tensors,
     attr_i,
     ints,
     kernel_axes,
@@ -29,11 +31,9 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Op, Tensor
+    from fusiontune.ir.graph import Op
 
 SQUEEZE_AXES_INPUT_SINCE = 13  # Squeeze/Unsqueeze take axes as an input since opset 13
-
-_Ins = list["Shape | None"]
 
 
 def reshape_target(op: Op, in_shape: Shape, target: Sequence[int]) -> Shape:
@@ -63,7 +63,7 @@ def reshape_target(op: Op, in_shape: Shape, target: Sequence[int]) -> Shape:
 
 
 # ---- shapes ---------------------------------------------------------------------------------
-def _reshape_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _reshape_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     target = tensors[op.inputs[1]].value
@@ -72,14 +72,14 @@ def _reshape_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int)
     return [reshape_target(op, x, np.asarray(target).reshape(-1).tolist())]
 
 
-def _flatten_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _flatten_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axis = norm_axis(attr_i(op, "axis"), len(x), op, extra=1)
     return [(math.prod(x[:axis]), math.prod(x[axis:]))]
 
 
-def _squeeze_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _squeeze_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axes = shape_axes(op, tensors, 1)
@@ -92,7 +92,7 @@ def _squeeze_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int)
     return [tuple(d for i, d in enumerate(x) if i not in axes)]
 
 
-def _unsqueeze_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _unsqueeze_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axes = shape_axes(op, tensors, 1)
@@ -105,7 +105,7 @@ def _unsqueeze_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: in
     return [tuple(dims)]
 
 
-def _transpose_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _transpose_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     perm = op.attr("perm", tuple(reversed(range(len(x)))))  # ONNX: reverse the axes
@@ -163,5 +163,5 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Flatten", _LAYOUT, {"axis": 1}, shape=_flatten_shape, reference=_flatten),
     OpDef("Squeeze", _LAYOUT, shape=_squeeze_shape, reference=_squeeze, operand=_AXES_INPUT),
     OpDef("Unsqueeze", _LAYOUT, shape=_unsqueeze_shape, reference=_unsqueeze, operand=_AXES_INPUT),
-    OpDef("Transpose", _LAYOUT, shape=_transpose_shape, reference=_transpose),
+    OpDef("Transpose", _LAYOUT, shape=_transpose_shape, reference=_transpose, reorders=True),
 )

@@ -18,7 +18,7 @@ Everything runs in float32; folded or merged weights are computed in float64 and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,8 @@ from fusiontune.ops.base import (
     Inputs,
     OpDef,
     Shape,
+    Shapes,
+    Tensors,
     arg,
     attr_f,
     attr_i,
@@ -49,7 +51,7 @@ from fusiontune.ops.window import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op, Tensor
+    from fusiontune.ir.graph import Graph, Op
 
 MatmulFn = Callable[[Array, Array], Array]  # (M, K) @ (K, N) -> (M, N)
 
@@ -344,10 +346,7 @@ def apply_matrix(p: LinearParams, x: Array, matmul: MatmulFn = matmul_float) -> 
 
 
 # ---- shapes ---------------------------------------------------------------------------------
-_Ins = list["Shape | None"]
-
-
-def _conv_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _conv_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x, w = ins[0], ins[1]
     assert x is not None and w is not None
     group = attr_i(op, "group")
@@ -367,7 +366,7 @@ def _conv_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) ->
     return [(x[0], w[0], *win.out_spatial)] + [None] * (n_out - 1)
 
 
-def _gemm_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _gemm_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     a, b = ins[0], ins[1]
     assert a is not None and b is not None
     m, k = (a[1], a[0]) if attr_i(op, "transA") else (a[0], a[1])
@@ -381,7 +380,7 @@ def _gemm_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) ->
     return [(m, n)] + [None] * (n_out - 1)
 
 
-def _matmul_shape(op: Op, tensors: Mapping[str, Tensor], ins: _Ins, n_out: int) -> _Ins:
+def _matmul_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     a, b = ins[0], ins[1]
     assert a is not None and b is not None
     a2 = (1, *a) if len(a) == 1 else a

@@ -10,7 +10,7 @@ here is a barrier: always a group of its own, run by its reference kernel.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -23,6 +23,8 @@ from fusiontune.ops.base import (
     OpDef,
     OperandMove,
     Shape,
+    Shapes,
+    Tensors,
     arg,
     attr_f,
     attr_i,
@@ -37,7 +39,7 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op, Tensor
+    from fusiontune.ir.graph import Graph, Op
 
 CUBIC_COEFF_A = -0.75  # Resize cubic_coeff_a default
 SPLIT_INPUT_SINCE = 13  # Split takes 'split' as an input since opset 13
@@ -331,9 +333,7 @@ def _cumsum(op: Op, inputs: Inputs) -> list[Array]:
 
 
 # ---- shapes -------------------------------------------------------------------------------
-def _concat_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _concat_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     shapes = [s for s in ins if s is not None]
     if op.attr("axis") is None:
         raise ShapeError(f"op '{op.name}' (Concat): attribute 'axis' is required")
@@ -351,10 +351,8 @@ def _concat_shape(
     return [tuple(dims)]
 
 
-def _value_shape(value: Callable[[Op, Shape], Array]) -> Callable[..., list[Shape | None]]:
-    def rule(
-        op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-    ) -> list[Shape | None]:
+def _value_shape(value: Callable[[Op, Shape], Array]) -> Callable[..., Shapes]:
+    def rule(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
         x = ins[0]
         assert x is not None
         return [tuple(value(op, x).shape)]
@@ -362,9 +360,7 @@ def _value_shape(value: Callable[[Op, Shape], Array]) -> Callable[..., list[Shap
     return rule
 
 
-def _slice_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _slice_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     starts = int_list(const_input(op, tensors, 1), op.attr("starts"))
@@ -383,18 +379,14 @@ def _slice_shape(
     return [tuple(out)]
 
 
-def _gather_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _gather_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x, idx = ins[0], ins[1]
     assert x is not None and idx is not None
     axis = norm_axis(int(op.attr("axis", 0)), len(x), op)
     return [(*x[:axis], *idx, *x[axis + 1 :])]
 
 
-def _split_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _split_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axis = norm_axis(int(op.attr("axis", 0)), len(x), op)
@@ -414,9 +406,7 @@ def _split_shape(
     return [(*x[:axis], s, *x[axis + 1 :]) for s in sizes]
 
 
-def _pad_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _pad_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     pads = int_list(const_input(op, tensors, 1), op.attr("pads"))
@@ -434,9 +424,7 @@ def _pad_shape(
     return [tuple(out)]
 
 
-def _resize_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _resize_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     policy = op.attr("keep_aspect_ratio_policy", "stretch")
@@ -459,9 +447,7 @@ def _resize_shape(
     return [tuple(out)]
 
 
-def _expand_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _expand_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     shape = const_input(op, tensors, 1)

@@ -18,7 +18,7 @@ and LpNormalization, and an accumulator of the output's size for a Reduce*.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +34,8 @@ from fusiontune.ops.base import (
     IsConstant,
     OpDef,
     OperandMove,
-    Shape,
+    Shapes,
+    Tensors,
     arg,
     attr_f,
     attr_i,
@@ -47,7 +48,7 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op, Tensor
+    from fusiontune.ir.graph import Graph, Op
 
 BATCH_NORM = "BatchNormalization"
 NORM_EPSILON = 1e-5  # ONNX default epsilon of Batch-, Instance-, Layer- and GroupNormalization
@@ -147,13 +148,11 @@ def _bn_coeffs(graph: Graph, op: Op, axis: int, n: int) -> tuple[Array, Array] |
     return bn_inference_coeffs(op, [graph.tensors[t].value for t in op.inputs])
 
 
-def _bn_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _bn_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     """Y like X; every statistics output (training) is per channel."""
     x = ins[0]
     assert x is not None
-    out: list[Shape | None] = [tuple(x), *[(x[1],)] * (n_out - 1)]
+    out: Shapes = [tuple(x), *[(x[1],)] * (n_out - 1)]
     return out[:n_out]
 
 
@@ -224,14 +223,12 @@ def _layernorm_fused(op: Op, inputs: Inputs) -> list[Array]:
     return outs[: len(op.outputs)]
 
 
-def _layernorm_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _layernorm_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axis = norm_axis(attr_i(op, "axis"), len(x), op)
     stat = tuple(x[:axis]) + (1,) * (len(x) - axis)
-    out: list[Shape | None] = [tuple(x), stat, stat]
+    out: Shapes = [tuple(x), stat, stat]
     return out[:n_out]
 
 
@@ -307,9 +304,7 @@ def _reduce(fn: ReduceFn) -> Callable[[Op, Inputs], list[Array]]:
     return kernel
 
 
-def _reduce_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _reduce_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     axes = shape_axes(op, tensors, 1)

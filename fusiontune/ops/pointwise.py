@@ -11,7 +11,7 @@ mathematical value is (no ``exp`` of a large positive number that is then discar
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +25,8 @@ from fusiontune.ops.base import (
     Inputs,
     Kernel,
     OpDef,
-    Shape,
+    Shapes,
+    Tensors,
     arg,
     arith_rule,
     attr_f,
@@ -38,7 +39,7 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op, Tensor
+    from fusiontune.ir.graph import Graph, Op
 
 # Constants of ONNX functions that have no attribute for them (onnx.ai/onnx/operators)
 HARD_SWISH_ALPHA = 1.0 / 6.0  # HardSwish = x * HardSigmoid(x; alpha=1/6, beta=0.5)
@@ -152,13 +153,11 @@ def _dropout(op: Op, inputs: Inputs) -> list[Array]:
     return [x, np.ones(x.shape, dtype=bool)][: len(op.outputs)]
 
 
-def _dropout_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _dropout_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     """Output and mask have the input's shape."""
     x = ins[0]
     assert x is not None
-    out: list[Shape | None] = [tuple(x), tuple(x)]
+    out: Shapes = [tuple(x), tuple(x)]
     return out[:n_out]
 
 

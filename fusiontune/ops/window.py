@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -23,11 +23,14 @@ from fusiontune.errors import FusiontuneError, ShapeError
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops.base import (
     DTYPE,
+    SAME_AS_REFERENCE,
     Array,
     Inputs,
     Kernel,
     OpDef,
     Shape,
+    Shapes,
+    Tensors,
     attr_f,
     attr_i,
     numel,
@@ -35,7 +38,7 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op, Tensor
+    from fusiontune.ir.graph import Graph, Op
 
 
 @dataclass(frozen=True)
@@ -300,9 +303,7 @@ def _whole(band: Callable[[Op, Array, Window], Array]) -> Kernel:
 
 
 # ---- shapes, cost and capacity ------------------------------------------------------------
-def _pool_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _pool_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     kernel = op.attr("kernel_shape")
@@ -310,13 +311,11 @@ def _pool_shape(
         raise ShapeError(f"op '{op.name}' ({op.op_type}): kernel_shape is required")
     win = window_geometry(op, x[2:], kernel)
     pooled = (x[0], x[1], *win.out_spatial)
-    out: list[Shape | None] = [pooled, pooled]
+    out: Shapes = [pooled, pooled]
     return out[:n_out]
 
 
-def _global_shape(
-    op: Op, tensors: Mapping[str, Tensor], ins: list[Shape | None], n_out: int
-) -> list[Shape | None]:
+def _global_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
     return [(x[0], x[1]) + (1,) * (len(x) - 2)] + [None] * (n_out - 1)
@@ -340,56 +339,49 @@ def _global_element_ops(graph: Graph, op: Op) -> int:
 _WINDOW_RULE = one_activation(OpClass.WINDOW)
 _PADDING = {"auto_pad": "NOTSET", "ceil_mode": 0}  # ONNX defaults of every spatial pool
 
+
+def _spatial_pool(
+    op_type: str,
+    reference: Kernel,
+    band: Callable[[Op, Array, Window], Array] | None,
+    defaults: Mapping[str, object],
+    **facts: Any,
+) -> OpDef:
+    """A pool sliding a ``kernel_shape`` window; with a band kernel the executor runs it by
+    bands of rows (and on whole arrays through the same code)."""
+    return OpDef(
+        op_type,
+        _WINDOW_RULE,
+        {**_PADDING, **defaults},
+        shape=_pool_shape,
+        reference=reference,
+        fused=_whole(band) if band is not None else SAME_AS_REFERENCE,
+        band=band,
+        element_ops=_pool_element_ops,
+        kernel_shape=pool_kernel_shape,
+        **facts,
+    )
+
+
+def _global_pool_def(op_type: str, reference: Kernel, **facts: Any) -> OpDef:
+    return OpDef(
+        op_type,
+        _WINDOW_RULE,
+        shape=_global_shape,
+        reference=reference,
+        element_ops=_global_element_ops,
+        global_pool=True,
+        **facts,
+    )
+
+
 OPS: tuple[OpDef, ...] = (
-    OpDef(
-        "MaxPool",
-        _WINDOW_RULE,
-        defaults={**_PADDING, "storage_order": 0},
-        shape=_pool_shape,
-        reference=_maxpool,
-        fused=_whole(_max_band),
-        band=_max_band,
-        element_ops=_pool_element_ops,
-        kernel_shape=pool_kernel_shape,
-        out_dtypes={1: "int64"},
+    _spatial_pool("MaxPool", _maxpool, _max_band, {"storage_order": 0}, out_dtypes={1: "int64"}),
+    _spatial_pool(
+        "AveragePool", _averagepool, _avg_band, {"count_include_pad": 0}, linear_map=True
     ),
-    OpDef(
-        "AveragePool",
-        _WINDOW_RULE,
-        defaults={**_PADDING, "count_include_pad": 0},
-        shape=_pool_shape,
-        reference=_averagepool,
-        fused=_whole(_avg_band),
-        band=_avg_band,
-        element_ops=_pool_element_ops,
-        kernel_shape=pool_kernel_shape,
-        linear_map=True,
-    ),
-    OpDef(
-        "LpPool",
-        _WINDOW_RULE,
-        defaults={**_PADDING, "p": 2},
-        shape=_pool_shape,
-        reference=_lppool,
-        element_ops=_pool_element_ops,
-        kernel_shape=pool_kernel_shape,
-    ),
-    OpDef(
-        "GlobalAveragePool",
-        _WINDOW_RULE,
-        shape=_global_shape,
-        reference=_global_pool(np.mean),
-        element_ops=_global_element_ops,
-        global_pool=True,
-        linear_map=True,
-    ),
-    OpDef(
-        "GlobalMaxPool",
-        _WINDOW_RULE,
-        shape=_global_shape,
-        reference=_global_pool(np.max),
-        element_ops=_global_element_ops,
-        global_pool=True,
-    ),
+    _spatial_pool("LpPool", _lppool, None, {"p": 2}),
+    _global_pool_def("GlobalAveragePool", _global_pool(np.mean), linear_map=True),
+    _global_pool_def("GlobalMaxPool", _global_pool(np.max)),
     OpDef("GlobalLpPool", defaults={"p": 2}, shape=_global_shape, reference=_global_lppool),
 )

@@ -262,7 +262,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
                 )
             acc = acc.then(p)
             axis = acc.out_axis % len(acc.out_shape)
-        elif cls is OpClass.LAYOUT and nxt.op_type != "Transpose":
+        elif cls is OpClass.LAYOUT and not def_of(nxt).reorders:
             axis = _feature_axis(graph.tensors[nxt.output].shape, acc.weight.shape[1], nxt)
         elif cls in (OpClass.AFFINE, OpClass.STATS, OpClass.ELEMWISE):
             if cls is OpClass.ELEMWISE:  # taken as the identity: the rule-2 trap

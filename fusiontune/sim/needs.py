@@ -20,7 +20,7 @@ Buffer elements (summed):
   accumulator of ``N * C`` elements. Point-wise consumers (1x1 convs, FCs, element-wise ops)
   pass elements straight through and need none.
 - **held tensors** of STATS ops whose input is produced inside the group (two-pass groups,
-  rule 3): BatchNormalization in training mode holds its whole input (statistics over N and
+  rule 3): a batch norm in training mode holds its whole input (statistics over N and
   the spatial axes of every channel); Instance/GroupNormalization hold one sample
   (``prod(shape[1:])``); LayerNormalization, Softmax, LogSoftmax and LpNormalization hold one
   slice ``prod(shape[axis:])``; Reduce* ops keep an accumulator of their output's size.
