@@ -5,7 +5,7 @@ class rule (DESIGN §3), ONNX attribute defaults, shape inference, the reference
 fused kernel (or :data:`SAME_AS_REFERENCE`), element-op counts for the cost model and the
 capacity facts of DESIGN §5 rule 7. The family modules (``pointwise``, ``window``,
 ``linear``, ``norm``, ``layout``, ``misc``) each define a tuple ``OPS`` of OpDefs; the
-package ``__init__`` puts them into :data:`REGISTRY`. An op type without an entry gets
+``registry`` module puts them into :data:`REGISTRY`. An op type without an entry gets
 :data:`DEFAULT`: OPAQUE, shapes from ``onnx.shape_inference``, no kernel (ZigZag's
 "parser mapping with a default fallback").
 

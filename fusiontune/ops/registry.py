@@ -141,7 +141,10 @@ def kernel_shape(graph: Graph, op: Op) -> Shape:
 
 def window_rows(graph: Graph, op: Op) -> int:
     """Effective window height ``k0 = d0 * (K0 - 1) + 1`` of a sliding-window op (else 1)."""
-    kernel = kernel_shape(graph, op)
+    return _effective_rows(op, kernel_shape(graph, op))
+
+
+def _effective_rows(op: Op, kernel: Shape) -> int:
     if not kernel:
         return 1
     dil = op.attr("dilations") or (1,) * len(kernel)
@@ -174,11 +177,15 @@ def delay_rows(graph: Graph, op: Op, input_inside: bool) -> int:
     input is produced inside the group, for STATS ops (they need the whole input first);
     0 otherwise.
     """
-    if is_window(graph, op):
-        return window_rows(graph, op) - 1
-    acts = graph.activation_inputs(op)
-    if acts and (is_global_pool(op) or (op.op_class is OpClass.STATS and input_inside)):
-        return rows_of(graph.tensors[acts[0]].shape)
+    d = def_of(op)
+    if d.kernel_shape is not None:
+        kernel = d.kernel_shape(graph, op)
+        if any(k > 1 for k in kernel):
+            return _effective_rows(op, kernel) - 1
+    if d.global_pool or (input_inside and op.op_class is OpClass.STATS):
+        acts = graph.activation_inputs(op)
+        if acts:
+            return rows_of(graph.tensors[acts[0]].shape)
     return 0
 
 
