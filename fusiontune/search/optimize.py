@@ -304,8 +304,20 @@ class _Search:
             top = min(final, key=lambda lb: (lb.primary, lb.secondary))
             plan, value = self._plan(labels, top), top.primary
             bound = min(bound, top.primary)
+        else:  # no complete chain yet: the greedy plan that fits, if it fits as a whole
+            plan, value = self._greedy()
         return self._result(plan, value, bound, False, start, "time_limit", len(expanded),
                             n_groups)  # fmt: skip
+
+    def _greedy(self) -> tuple[Plan | None, float | None]:
+        from fusiontune.planner.baselines import greedy_plan
+        from fusiontune.sim.cost import simulate
+
+        plan = greedy_plan(self.graph, self.config, self.hw)
+        metrics = simulate(self.graph, plan, self.hw)
+        if not metrics.feasible:
+            return None, None
+        return plan, float(getattr(metrics, self.metric))
 
     def _plan(self, labels: dict[int, list[_Label]], top: _Label) -> Plan:
         names = self.lattice.s.ix.names
