@@ -49,26 +49,21 @@ import numpy as np
 
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import element_ops, is_fc_like
-from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
-from fusiontune.sim.needs import group_needs, linear_matrix
+from fusiontune.sim.groupmodel import (
+    FLOAT_FIELDS,
+    INT_FIELDS,
+    GroupTotals,
+    clear_models,
+    group_model,
+)
+from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.needs import linear_matrix
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
     from fusiontune.planner.plan import Group, Plan
 
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose group costs stay cached
-
-# additive integer counts and additive float energies, in this order in the cached vectors
-INT_FIELDS = (
-    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "act_traffic_bytes",
-    "traffic_bytes", "dram_read_bytes", "dram_write_bytes", "buffer_access_bytes",
-    "macs", "cell_ops", "adc_conversions", "dac_drives", "digital_ops", "programmed_cells",
-    "compute_cycles", "memory_cycles", "cycles",
-)  # fmt: skip
-FLOAT_FIELDS = (
-    "dram_pj", "buffer_pj", "cell_pj", "adc_pj", "dac_pj", "digital_pj", "weight_program_pj",
-    "energy_pj",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -179,6 +174,7 @@ def clear_cache() -> None:
     """Drop every cached group cost (benchmarks measure the cold path with it)."""
     _CACHE.clear()
     _LOWER.clear()
+    clear_models()
 
 
 def _default_hw() -> HardwareConfig:
@@ -213,135 +209,53 @@ def _element_ops(graph: Graph, op: Op) -> int:
     return element_ops(graph, op)
 
 
-def _traffic(graph: Graph, ops: tuple[Op, ...], inside: set[str]) -> tuple[int, int]:
-    """Activation elements read from outside and written for outside (DESIGN §6)."""
-    produced = {t for op in ops for t in op.outputs if t}
-    reads: dict[str, None] = {}
-    for op in ops:
-        for t in graph.activation_inputs(op):
-            if t not in produced:
-                reads[t] = None
-    graph_outputs = set(graph.outputs)
-    consumers = graph.consumer_map
-    writes = [
-        t
-        for t in produced
-        if t in graph_outputs or any(c not in inside for c in consumers.get(t, ()))
-    ]
-    return sum(_numel(graph, t) for t in reads), sum(_numel(graph, t) for t in writes)
-
-
 def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
-    ops = graph.subgraph_ops(group.ops)
-    inside = set(group.ops)
-    needs = group_needs(graph, group)
+    model = group_model(graph, hw)
+    pos = graph.op_index
+    totals = model.evaluate([pos[n] for n in group.ops], group.mode)
+    return group_metrics(group, totals, hw)
+
+
+def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> GroupMetrics:
+    """A :class:`GroupMetrics` row from a group's totals (rule-7 violations in words)."""
     ab = hw.act_bytes
-    read_elems, write_elems = _traffic(graph, ops, inside)
-    act_read, act_write = read_elems * ab, write_elems * ab
-
-    # crossbar mapping
-    ws, ins = hw.weight_slices, hw.input_slices
-    macs = cell_ops = conversions = drives = crossbars = programmed = weight_bytes = 0
-    vector_reads = 0
-    stages: list[int] = []
-    for m in needs.matrices:
-        phys_cols = m.cols * ws
-        row_tiles = math.ceil(m.rows / hw.crossbar_rows)
-        col_tiles = math.ceil(phys_cols / hw.crossbar_cols)
-        crossbars += row_tiles * col_tiles * m.count
-        macs += m.macs
-        cell_ops += m.vectors * ins * m.rows * phys_cols * m.count
-        conversions += m.vectors * ins * row_tiles * phys_cols * m.count
-        drives += m.vectors * ins * m.rows * col_tiles * m.count
-        programmed += m.rows * phys_cols * m.count
-        weight_bytes += hw.weight_bytes(m.n_weights)
-        vector_reads += m.vectors * m.rows * m.count
-        stages.append(m.vectors * ins * hw.slice_cycles)
-    weight_load = 0 if hw.weights_resident else weight_bytes
-    programmed = 0 if hw.weights_resident else programmed
-
-    # digital work and buffer accesses of the ops
-    merged = group.mode.value == "merge" and len(needs.matrices) < sum(
-        1 for op in ops if op.op_class is OpClass.LINEAR
-    )
-    last_linear = max((op.name for op in ops if op.op_class is OpClass.LINEAR),
-                      key=graph.op_index.__getitem__, default=None)  # fmt: skip
-    digital = 0
-    buffer_elems = vector_reads
-    for op in ops:
-        if op.op_class is OpClass.LINEAR:
-            if merged and op.name != last_linear:
-                continue  # the merged matrix has no intermediate output
-            out = _numel(graph, op.outputs[0])
-            buffer_elems += out
-            has_bias = any(
-                len(o.inputs) > 2 and o.inputs[2] for o in ops if o.op_class is OpClass.LINEAR
-            ) if merged else len(op.inputs) > 2 and bool(op.inputs[2])  # fmt: skip
-            digital += out if has_bias else 0
-            continue
-        if op.op_class is OpClass.LAYOUT or op.name in needs.folded_ops:
-            continue
-        digital += _element_ops(graph, op)
-        buffer_elems += sum(_numel(graph, t) for t in graph.activation_inputs(op))
-        buffer_elems += sum(_numel(graph, t) for t in op.outputs if t)
-    buffer_access = buffer_elems * ab + act_read + act_write
-
-    # energy
-    dram_bytes = act_read + act_write + weight_load
-    dram_pj = dram_bytes * BITS_PER_BYTE * hw.dram_pj_per_bit
-    buffer_pj = buffer_access * BITS_PER_BYTE * hw.buffer_pj_per_bit
-    cell_pj = cell_ops * hw.cell_op_pj
-    adc_pj = conversions * hw.adc_pj_per_conversion
-    dac_pj = drives * hw.dac_pj_per_drive
-    digital_pj = conversions * hw.shift_add_pj + digital * hw.digital_op_pj
-    program_pj = programmed * hw.weight_program_pj_per_cell
-    energy = dram_pj + buffer_pj + cell_pj + adc_pj + dac_pj + digital_pj + program_pj
-
-    # cycles
-    fill = 0
-    for m, nxt, stage in zip(needs.matrices, needs.matrices[1:], stages):
-        fill += math.ceil(stage * min(nxt.window_rows, m.out_rows) / m.out_rows)
-    digital_cycles = math.ceil(digital / hw.digital_ops_per_cycle)
-    compute = max([*stages, digital_cycles]) + fill
-    memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
-    cycles = max(compute, memory)
-
-    # capacity (rule 7)
-    violations: list[str] = []
-    buffer_needed = needs.buffer_elems * ab
     name = _group_name(group)
-    if buffer_needed > hw.buffer_bytes:
+    violations: list[str] = []
+    if totals.over_buffer:
         violations.append(
-            f"group {name}: needs {buffer_needed} B on chip (line buffers "
-            f"{needs.line_buffer_elems * ab} B, held {needs.held_elems * ab} B, skip "
-            f"{needs.skip_elems * ab} B), buffer_bytes is {hw.buffer_bytes}"
+            f"group {name}: needs {totals.buffer_needed_bytes} B on chip (line buffers "
+            f"{totals.line_elems * ab} B, held {totals.held_elems * ab} B, skip "
+            f"{totals.skip_elems * ab} B), buffer_bytes is {hw.buffer_bytes}"
         )
-    stream_stages = len(needs.matrices) > 1
-    if crossbars > hw.n_crossbars and (hw.weights_resident or stream_stages):
-        what = "its stages' weights at once" if stream_stages else "its weights"
+    if totals.over_crossbars:
+        what = "its stages' weights at once" if totals.n_matrices > 1 else "its weights"
         violations.append(
-            f"group {name}: needs {crossbars} crossbars for {what}, n_crossbars is {hw.n_crossbars}"
+            f"group {name}: needs {totals.crossbars_needed} crossbars for {what}, n_crossbars "
+            f"is {hw.n_crossbars}"
         )
-
-    ints = (
-        act_read, act_write, weight_load, act_read + act_write, dram_bytes,
-        act_read + weight_load, act_write, buffer_access, macs, cell_ops, conversions, drives,
-        digital, programmed, compute, memory, cycles,
-    )  # fmt: skip
-    floats = (dram_pj, buffer_pj, cell_pj, adc_pj, dac_pj, digital_pj, program_pj, energy)
+    n_int = len(INT_FIELDS)
+    ints = tuple(int(v) for v in totals.values[:n_int])
+    floats = tuple(float(v) for v in totals.values[n_int:])
     values: dict[str, Any] = {**dict(zip(INT_FIELDS, ints)), **dict(zip(FLOAT_FIELDS, floats))}
     return GroupMetrics(
         ops=group.ops,
         mode=group.mode.value,
         **values,
-        buffer_needed_bytes=buffer_needed,
-        crossbars_needed=crossbars,
+        buffer_needed_bytes=totals.buffer_needed_bytes,
+        crossbars_needed=totals.crossbars_needed,
         feasible=not violations,
         violations=tuple(violations),
         # additive counts (< 2**53: exact in float64) and energies, then the non-additive
         # buffer bytes and crossbars and an infeasibility flag (see simulate)
         vector=np.array(
-            (*ints, *floats, buffer_needed, crossbars, float(bool(violations))), dtype=np.float64
+            (
+                *ints,
+                *floats,
+                totals.buffer_needed_bytes,
+                totals.crossbars_needed,
+                float(bool(violations)),
+            ),
+            dtype=np.float64,
         ),
     )
 
