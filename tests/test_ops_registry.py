@@ -235,3 +235,18 @@ def test_verify_reports_ops_compared_with_themselves() -> None:
     )
     unfused = verify(graph, unfused_plan(graph))
     assert unfused.self_compared_ops == ("r", "f")  # bn alone runs its fused kernel
+
+
+def test_simulate_verify_cli_names_self_compared_ops(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fusiontune.cli.main import main
+
+    assert main(["simulate", "lenet5", "--plan", "greedy", "--verify", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["verify"]
+    assert report["self_compared_ops"] == ["relu1", "relu2", "flatten", "fc1.relu", "fc2.relu"]
+    assert main(["simulate", "lenet5", "--plan", "greedy", "--verify"]) == 0
+    assert (
+        "self-compared: 5 op(s) ran their reference kernel in both runs (Relu x4, Flatten x1)"
+        in (capsys.readouterr().out)
+    )
