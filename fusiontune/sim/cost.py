@@ -6,7 +6,9 @@ The evaluation reads as a short list of stages, per group:
    itself (graph inputs included) plus bytes of each tensor it produces that is consumed
    outside it or is a graph output (unused optional outputs cost nothing);
    ``act_bytes = ceil(act_bits / 8)`` per element. Weights are programmed from DRAM once
-   per inference (``weight_load_bytes``) unless ``hw.weights_resident``.
+   per inference (``weight_load_bytes``) unless ``hw.weights_resident``. With
+   ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
+   schedule (``reload_bytes``, see :func:`_weight_reload`).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
@@ -21,12 +23,15 @@ The evaluation reads as a short list of stages, per group:
 4. **energy** — DRAM bytes x 8 x E_dram + buffer bytes x 8 x E_buf + cell ops x E_cell +
    conversions x E_adc + drives x E_dac + (shift-adds x E_shift_add + element ops x E_alu)
    + programmed cells x E_program (only when weights are not resident).
-5. **cycles** — ``max(compute, memory)`` (double buffering). A LINEAR stage takes
+5. **cycles** — ``max(compute, memory)`` (double buffering; ``compute + memory`` when
+   ``hw.overlap_memory_compute`` is False). A LINEAR stage takes
    ``vectors x input_slices x slice_cycles`` (``slice_cycles``: the crossbar read or the
-   ADCs shared by ``cols_per_adc`` columns, the slower); element ops run on
+   ADCs shared by ``cols_per_adc`` columns, the slower), times ``ceil(tiles / array_units)``
+   when its crossbar tiles take turns on ``hw.array_units`` arrays; element ops run on
    ``digital_ops_per_cycle`` lanes alongside. A group runs at the pace of its slowest stage
    plus the pipeline fill of a ``stream`` group: each stage but the last must first produce
-   ``k0`` of its ``out_rows`` rows for the next stage's window.
+   ``k0`` of its ``out_rows`` rows for the next stage's window. Stages that share the arrays
+   (their tiles together exceed ``array_units``) run one after the other instead.
 6. **capacity** (rule 7) — line buffers, held and skip tensors must fit ``buffer_bytes``;
    resident weights of the whole plan must fit ``n_crossbars``; with weights loaded per
    inference a single matrix is time-multiplexed over the crossbars, but the stages of a
@@ -49,7 +54,13 @@ import numpy as np
 
 from fusiontune.ir.opclass import OpClass
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.needs import GLOBAL_POOLS, SPATIAL_POOLS, group_needs, linear_matrix
+from fusiontune.sim.needs import (
+    GLOBAL_POOLS,
+    SPATIAL_POOLS,
+    GroupNeeds,
+    group_needs,
+    linear_matrix,
+)
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
@@ -59,10 +70,13 @@ BITS_PER_BYTE = 8
 STATS_OPS_PER_ELEM = 2  # modelling convention: one statistics pass + one normalising pass
 ELEMENT_OPS_PER_ELEM = 1  # modelling convention: one ALU op per output element
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose group costs stay cached
+# Partial sums of a tiled schedule are held at twice the activation precision (ZigZag 3.9.1,
+# parser/onnx/onnx_operator_parser.py: intermediate output precision = 2 x activation bits).
+PSUM_BITS_PER_ACT_BIT = 2
 
 # additive integer counts and additive float energies, in this order in the cached vectors
 INT_FIELDS = (
-    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "act_traffic_bytes",
+    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "reload_bytes", "act_traffic_bytes",
     "traffic_bytes", "dram_read_bytes", "dram_write_bytes", "buffer_access_bytes",
     "macs", "cell_ops", "adc_conversions", "dac_drives", "digital_ops", "programmed_cells",
     "compute_cycles", "memory_cycles", "cycles",
@@ -81,6 +95,7 @@ class CostFields:
     act_read_bytes: int
     act_write_bytes: int
     weight_load_bytes: int
+    reload_bytes: int
     act_traffic_bytes: int
     traffic_bytes: int
     dram_read_bytes: int
@@ -255,6 +270,7 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
     macs = cell_ops = conversions = drives = crossbars = programmed = weight_bytes = 0
     vector_reads = 0
     stages: list[int] = []
+    tiles: list[int] = []
     for m in needs.matrices:
         phys_cols = m.cols * ws
         row_tiles = math.ceil(m.rows / hw.crossbar_rows)
@@ -268,8 +284,12 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
         weight_bytes += hw.weight_bytes(m.n_weights)
         vector_reads += m.vectors * m.rows * m.count
         stages.append(m.vectors * ins * hw.slice_cycles)
+        tiles.append(row_tiles * col_tiles * m.count)
     weight_load = 0 if hw.weights_resident else weight_bytes
     programmed = 0 if hw.weights_resident else programmed
+    reload_weights, reload_inputs, weight_loads = _weight_reload(needs, hw, act_read, crossbars)
+    reload = reload_weights + reload_inputs
+    programmed *= weight_loads
 
     # digital work and buffer accesses of the ops
     merged = group.mode.value == "merge" and len(needs.matrices) < sum(
@@ -295,10 +315,10 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
         digital += _element_ops(graph, op)
         buffer_elems += sum(_numel(graph, t) for t in graph.activation_inputs(op))
         buffer_elems += sum(_numel(graph, t) for t in op.outputs if t)
-    buffer_access = buffer_elems * ab + act_read + act_write
+    buffer_access = buffer_elems * ab + act_read + act_write + reload_inputs
 
     # energy
-    dram_bytes = act_read + act_write + weight_load
+    dram_bytes = act_read + act_write + weight_load + reload
     dram_pj = dram_bytes * BITS_PER_BYTE * hw.dram_pj_per_bit
     buffer_pj = buffer_access * BITS_PER_BYTE * hw.buffer_pj_per_bit
     cell_pj = cell_ops * hw.cell_op_pj
@@ -309,13 +329,14 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
     energy = dram_pj + buffer_pj + cell_pj + adc_pj + dac_pj + digital_pj + program_pj
 
     # cycles
+    stages, shared = _array_turns(stages, tiles, hw)
     fill = 0
     for m, nxt, stage in zip(needs.matrices, needs.matrices[1:], stages):
         fill += math.ceil(stage * min(nxt.window_rows, m.out_rows) / m.out_rows)
     digital_cycles = math.ceil(digital / hw.digital_ops_per_cycle)
-    compute = max([*stages, digital_cycles]) + fill
+    compute = max(sum(stages), digital_cycles) if shared else max([*stages, digital_cycles]) + fill
     memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
-    cycles = max(compute, memory)
+    cycles = max(compute, memory) if hw.overlap_memory_compute else compute + memory
 
     # capacity (rule 7)
     violations: list[str] = []
@@ -335,9 +356,9 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
         )
 
     ints = (
-        act_read, act_write, weight_load, act_read + act_write, dram_bytes,
-        act_read + weight_load, act_write, buffer_access, macs, cell_ops, conversions, drives,
-        digital, programmed, compute, memory, cycles,
+        act_read, act_write, weight_load, reload, act_read + act_write, dram_bytes,
+        act_read + weight_load + reload, act_write, buffer_access, macs, cell_ops, conversions,
+        drives, digital, programmed, compute, memory, cycles,
     )  # fmt: skip
     floats = (dram_pj, buffer_pj, cell_pj, adc_pj, dac_pj, digital_pj, program_pj, energy)
     values: dict[str, Any] = {**dict(zip(INT_FIELDS, ints)), **dict(zip(FLOAT_FIELDS, floats))}
@@ -355,6 +376,51 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
             (*ints, *floats, buffer_needed, crossbars, float(bool(violations))), dtype=np.float64
         ),
     )
+
+
+def _array_turns(stages: list[int], tiles: list[int], hw: HardwareConfig) -> tuple[list[int], bool]:
+    """Stage cycles when crossbar tiles take turns on ``hw.array_units`` arrays, and whether
+    the stages share the arrays (their tiles together do not fit them at once)."""
+    if not hw.array_units:
+        return stages, False
+    turns = [math.ceil(t / hw.array_units) for t in tiles]
+    return [s * k for s, k in zip(stages, turns)], sum(tiles) > hw.array_units
+
+
+def _weight_reload(
+    needs: GroupNeeds, hw: HardwareConfig, input_bytes: int, crossbars: int
+) -> tuple[int, int, int]:
+    """DRAM re-reads of a tiled schedule: ``(weight bytes, input bytes, weight loads)``.
+
+    Only with ``hw.weight_reload``, weights not resident and one matrix that needs more than
+    ``n_crossbars`` crossbars (otherwise ``(0, 0, 1)``). The output is cut into ``t_s``
+    spatial tiles and ``t_k`` output-channel chunks so that a tile's input (``input_bytes /
+    t_s``, halo ignored) and its partial sums (``PSUM_BITS_PER_ACT_BIT`` x the output bytes
+    / (``t_s`` x ``t_k``)) fit ``buffer_bytes``; every spatial tile re-loads the weights and
+    every chunk re-reads the tile's input. The cheapest ``(t_s, t_k)`` is taken, as a
+    mapper would; when not even one output vector fits, every vector re-loads the weights.
+    """
+    if not hw.weight_reload or hw.weights_resident or len(needs.matrices) != 1:
+        return 0, 0, 1
+    if crossbars <= hw.n_crossbars:
+        return 0, 0, 1
+    m = needs.matrices[0]
+    w_bytes = hw.weight_bytes(m.n_weights)
+    chunks = m.cols * m.count
+    psum_bytes = m.vectors * chunks * math.ceil(PSUM_BITS_PER_ACT_BIT * hw.act_bits / 8)
+    best = (math.inf, m.vectors, chunks)
+    for t_s in range(1, m.vectors + 1):
+        if (t_s - 1) * w_bytes >= best[0]:
+            break
+        room = hw.buffer_bytes - input_bytes / t_s
+        if room <= 0:
+            continue
+        t_k = max(1, math.ceil(psum_bytes / t_s / room))
+        extra = (t_s - 1) * w_bytes + (t_k - 1) * input_bytes
+        if t_k <= chunks and extra < best[0]:
+            best = (extra, t_s, t_k)
+    _, t_s, t_k = best
+    return (t_s - 1) * w_bytes, (t_k - 1) * input_bytes, t_s
 
 
 def _group_name(group: Group) -> str:
