@@ -18,8 +18,9 @@ The evaluation reads as a short list of stages, per group:
    row of every column tile is driven once (DAC drives).
 3. **on-chip buffer accesses** — DMA staging of every DRAM byte, each LINEAR op reading one
    input vector of ``rows`` elements per product and writing its output, every other
-   non-LAYOUT op reading its inputs and writing its output once. AFFINE ops folded into a
-   LINEAR op's weights (and LAYOUT views) cost nothing.
+   non-LAYOUT op reading its inputs and writing its output once; with ``hw.psum_bits`` and
+   ``hw.array_units``, the partial sums of row tiles that take turns (:func:`_psum_bytes`).
+   AFFINE ops folded into a LINEAR op's weights (and LAYOUT views) cost nothing.
 4. **energy** — DRAM bytes x 8 x E_dram + buffer bytes x 8 x E_buf + cell ops x E_cell +
    conversions x E_adc + drives x E_dac + (shift-adds x E_shift_add + element ops x E_alu)
    + programmed cells x E_program (only when weights are not resident).
@@ -70,8 +71,9 @@ BITS_PER_BYTE = 8
 STATS_OPS_PER_ELEM = 2  # modelling convention: one statistics pass + one normalising pass
 ELEMENT_OPS_PER_ELEM = 1  # modelling convention: one ALU op per output element
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose group costs stay cached
-# Partial sums of a tiled schedule are held at twice the activation precision (ZigZag 3.9.1,
-# parser/onnx/onnx_operator_parser.py: intermediate output precision = 2 x activation bits).
+# Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
+# activation precision (ZigZag 3.9.1, parser/onnx/onnx_operator_parser.py: intermediate output
+# precision = 2 x activation bits).
 PSUM_BITS_PER_ACT_BIT = 2
 
 # additive integer counts and additive float energies, in this order in the cached vectors
@@ -316,6 +318,7 @@ def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
         buffer_elems += sum(_numel(graph, t) for t in graph.activation_inputs(op))
         buffer_elems += sum(_numel(graph, t) for t in op.outputs if t)
     buffer_access = buffer_elems * ab + act_read + act_write + reload_inputs
+    buffer_access += _psum_bytes(needs, hw)
 
     # energy
     dram_bytes = act_read + act_write + weight_load + reload
@@ -387,6 +390,22 @@ def _array_turns(stages: list[int], tiles: list[int], hw: HardwareConfig) -> tup
     return [s * k for s, k in zip(stages, turns)], sum(tiles) > hw.array_units
 
 
+def _psum_bytes(needs: GroupNeeds, hw: HardwareConfig) -> int:
+    """Buffer bytes of partial sums passed between the turns of a matrix's row tiles.
+
+    With ``hw.psum_bits`` and ``hw.array_units`` set: ``array_units`` row tiles of a column
+    tile compute at once, so each output element takes ``ceil(row_tiles / array_units)``
+    turns and its partial sum is written to the buffer and read back once per extra turn.
+    """
+    if not hw.psum_bits or not hw.array_units:
+        return 0
+    elems = 0
+    for m in needs.matrices:
+        extra_turns = math.ceil(math.ceil(m.rows / hw.crossbar_rows) / hw.array_units) - 1
+        elems += 2 * extra_turns * m.vectors * m.cols * m.count
+    return elems * math.ceil(hw.psum_bits / BITS_PER_BYTE)
+
+
 def _weight_reload(
     needs: GroupNeeds, hw: HardwareConfig, input_bytes: int, crossbars: int
 ) -> tuple[int, int, int]:
@@ -395,10 +414,11 @@ def _weight_reload(
     Only with ``hw.weight_reload``, weights not resident and one matrix that needs more than
     ``n_crossbars`` crossbars (otherwise ``(0, 0, 1)``). The output is cut into ``t_s``
     spatial tiles and ``t_k`` output-channel chunks so that a tile's input (``input_bytes /
-    t_s``, halo ignored) and its partial sums (``PSUM_BITS_PER_ACT_BIT`` x the output bytes
-    / (``t_s`` x ``t_k``)) fit ``buffer_bytes``; every spatial tile re-loads the weights and
-    every chunk re-reads the tile's input. The cheapest ``(t_s, t_k)`` is taken, as a
-    mapper would; when not even one output vector fits, every vector re-loads the weights.
+    t_s``, halo ignored) and its partial sums (``psum_bits`` per output element, else
+    ``PSUM_BITS_PER_ACT_BIT`` x ``act_bits``; split over ``t_s`` x ``t_k``) fit
+    ``buffer_bytes``; every spatial tile re-loads the weights and every chunk re-reads the
+    tile's input. The cheapest ``(t_s, t_k)`` is taken, as a mapper would; when not even one
+    output vector fits, every vector re-loads the weights.
     """
     if not hw.weight_reload or hw.weights_resident or len(needs.matrices) != 1:
         return 0, 0, 1
@@ -407,7 +427,8 @@ def _weight_reload(
     m = needs.matrices[0]
     w_bytes = hw.weight_bytes(m.n_weights)
     chunks = m.cols * m.count
-    psum_bytes = m.vectors * chunks * math.ceil(PSUM_BITS_PER_ACT_BIT * hw.act_bits / 8)
+    psum_bits = hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits
+    psum_bytes = m.vectors * chunks * math.ceil(psum_bits / BITS_PER_BYTE)
     best = (math.inf, m.vectors, chunks)
     for t_s in range(1, m.vectors + 1):
         if (t_s - 1) * w_bytes >= best[0]:

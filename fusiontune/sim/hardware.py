@@ -111,6 +111,10 @@ class HardwareConfig:
             ZigZag-style): output tiles whose input and partial sums fit ``buffer_bytes``, each
             re-loading the weights, and output-channel chunks, each re-reading the input. False
             keeps the load-once idealisation.
+        psum_bits: precision of partial sums kept in the buffer (0: they stay in the array
+            periphery). With ``array_units``, the row tiles of a matrix that take turns pass
+            their partial sums through the buffer (written and read back once per extra turn);
+            ``weight_reload`` sizes its tiles with them (ZigZag: 16 = 2 x 8-bit activations).
     """
 
     name: str = "isaac_reram"
@@ -142,6 +146,7 @@ class HardwareConfig:
     array_units: int = 0
     overlap_memory_compute: bool = True
     weight_reload: bool = False
+    psum_bits: int = 0
 
     def __post_init__(self) -> None:
         """Refuse out-of-range or contradictory values however the config was built (a direct
@@ -261,6 +266,7 @@ _RULES: dict[str, tuple[str, float, float]] = {
     "array_units": (_INT, 0, MAX_COUNT),
     "overlap_memory_compute": (_BOOL, 0, 1),
     "weight_reload": (_BOOL, 0, 1),
+    "psum_bits": (_INT, 0, 2 * MAX_INT_BITS),
     "name": (_STR, 0, 0),
     "dram_kind": (_STR, 0, 0),
 }
@@ -269,6 +275,7 @@ _HASHED_ONLY_WHEN_SET: dict[str, Any] = {
     "array_units": HardwareConfig.array_units,
     "overlap_memory_compute": HardwareConfig.overlap_memory_compute,
     "weight_reload": HardwareConfig.weight_reload,
+    "psum_bits": HardwareConfig.psum_bits,
 }
 """Knobs whose default reproduces the model before they existed: hashed only when changed, so
 every earlier config keeps its :attr:`HardwareConfig.hash` (stored results stay comparable)."""
