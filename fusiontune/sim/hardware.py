@@ -407,7 +407,8 @@ def load_hardware(
 
     Args:
         path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
-            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``) or a YAML path.
+            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``, ``zigzag_aimc``,
+            ``stream_tpu_like``) or a YAML path.
             A YAML file lists any subset of the fields; the rest keep their defaults.
         overrides: field values applied on top (validated the same way).
 
