@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "IllegalPlanError": "fusiontune.errors",
     "ConfigError": "fusiontune.errors",
     "StorageError": "fusiontune.errors",
+    "CapacityError": "fusiontune.errors",
     # IR
     "Tensor": "fusiontune.ir.graph",
     "Op": "fusiontune.ir.graph",

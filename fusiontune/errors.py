@@ -35,6 +35,11 @@ class ConfigError(FusiontuneError):
     """A hardware or search-space configuration is invalid; names file, key and allowed values."""
 
 
+class CapacityError(FusiontuneError):
+    """A group does not fit the on-chip buffer while it runs (rule 7, measured); names the
+    group, the tensor and the bytes."""
+
+
 class StorageError(FusiontuneError):
     """A results folder or study storage cannot be used."""
 

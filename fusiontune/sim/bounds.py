@@ -11,8 +11,9 @@ plan.
   over on this hardware. A group holding the producer and all readers holds their convex hull
   (rule 1); if the hull cannot be part of any feasible group, the tensor is written and read
   back at least once. "Cannot" is decided by facts that only get worse as a group grows: an
-  OPAQUE op among two or more (rule 6), line buffers and held tensors that overflow the buffer
-  (rule 7), or crossbars that overflow when a non-mergeable LINEAR op rules out a merge. Each
+  OPAQUE op among two or more (rule 6), one member op whose own moment overflows the buffer
+  (a window's input rows, a whole tensor; rule 7), or crossbars that overflow when a
+  non-mergeable LINEAR op rules out a merge. Each
   OPAQUE reader is a group of its own and reads the tensor itself. Along one longest path of
   the graph the argument is made jointly: a convex group meets a path in a contiguous segment,
   so the path is cut into segments whose hulls could each be in a feasible group; every cut
@@ -95,14 +96,19 @@ def _possible(
     if hull & opaque:
         ok = False
     else:
-        totals = model.evaluate(bits(hull), Mode.STREAM)
+        totals = model.evaluate(bits(hull), Mode.STREAM, exact_buffer=False)
         hw = model.hw
-        if (totals.line_elems + totals.held_elems) * hw.act_bytes > hw.buffer_bytes:
+        if _moment_lb(model, hull) * hw.act_bytes > hw.buffer_bytes:
             ok = False
         elif totals.crossbars_needed > hw.n_crossbars and _no_merge(model, hull):
             ok = hw.weights_resident is False and totals.n_matrices < 2
     cache[members] = ok
     return ok
+
+
+def _moment_lb(model: GroupModel, hull: int) -> int:
+    """The largest moment one member op needs on its own (a bound no superset goes below)."""
+    return max((model.st.cap_lb[i] for i in bits(hull)), default=0)
 
 
 def _no_merge(model: GroupModel, hull: int) -> bool:

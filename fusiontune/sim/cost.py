@@ -230,10 +230,13 @@ def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> Grou
     name = _group_name(group)
     violations: list[str] = []
     if totals.over_buffer:
+        peak = totals.peak
+        assert peak is not None, "group_metrics needs the exact peak (evaluate, not finish)"
         violations.append(
-            f"group {name}: needs {totals.buffer_needed_bytes} B on chip (line buffers "
-            f"{totals.line_elems * ab} B, held {totals.held_elems * ab} B, skip "
-            f"{totals.skip_elems * ab} B), buffer_bytes is {hw.buffer_bytes}"
+            f"group {name}: needs {totals.buffer_needed_bytes} B on chip at its peak "
+            f"(streamed rows {peak.stream_elems * ab} B, whole tensors {peak.whole_elems * ab} "
+            f"B, accumulators {peak.accumulator_elems * ab} B, reached by tensor "
+            f"'{peak.tensor}'), buffer_bytes is {hw.buffer_bytes}"
         )
     if totals.over_crossbars:
         what = "its stages' weights at once" if totals.n_matrices > 1 else "its weights"
@@ -249,7 +252,7 @@ def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> Grou
         ops=group.ops,
         mode=group.mode.value,
         **values,
-        buffer_needed_bytes=totals.buffer_needed_bytes,
+        buffer_needed_bytes=int(totals.buffer_needed_bytes or 0),
         crossbars_needed=totals.crossbars_needed,
         feasible=not violations,
         violations=tuple(violations),
@@ -259,7 +262,7 @@ def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> Grou
             (
                 *ints,
                 *floats,
-                totals.buffer_needed_bytes,
+                totals.buffer_needed_bytes or 0,
                 totals.crossbars_needed,
                 float(bool(violations)),
             ),

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fusiontune.errors import FusiontuneError, IllegalPlanError
+from fusiontune.errors import CapacityError, FusiontuneError, IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import (
@@ -36,23 +36,18 @@ from fusiontune.ops import (
     affine_coeffs,
     def_of,
     has_fused_kernel,
-    kernel_shape,
-    run_fused,
 )
 from fusiontune.ops.linear import (
     LinearParams,
     MatmulFn,
-    apply_matrix,
-    conv_nd,
     linear_params,
     matmul_float,
 )
-from fusiontune.ops.window import window_geometry
 from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.runner import Dram, GroupRunner, GroupStats
 
-BAND_ELEMS_TARGET = 16384  # elements of a group's output per band: keeps im2col bands in L2
-MIN_BANDS = 4  # even a small map is split, so no banded intermediate ever exists whole
+BAND_ELEMS_TARGET = 16384  # elements per band of each tensor: keeps im2col bands in L2
 NUMERICS = ("float", "cim")
 _SINK = "__sink__"  # consumer id of the band driver
 ROW_AXIS = 2  # bands run over H of NCHW
@@ -64,16 +59,18 @@ class ExecutionInputError(FusiontuneError):
 
 @dataclass(frozen=True)
 class Execution:
-    """What running a plan produced and moved.
+    """What running a plan produced, moved and held.
 
     Attributes:
         outputs: graph output name -> array.
-        act_read_bytes: activation bytes read by all groups (graph inputs included).
-        act_write_bytes: activation bytes written by all groups (graph outputs included).
-        group_read_bytes: per group (plan order), bytes read from outside the group.
-        group_write_bytes: per group, bytes of tensors it stores.
+        dram_read_bytes: bytes the DMA fetched from DRAM, all groups (graph inputs included).
+        dram_write_bytes: bytes the DMA wrote to DRAM, all groups (graph outputs included).
+        group_read_bytes: per group (plan order), bytes fetched.
+        group_write_bytes: per group (plan order), bytes written.
+        group_peak_buffer_bytes: per group, in execution order, the most bytes on chip at once.
+        group_band_rows: per group, in execution order, the rows per band it ran with.
         numerics: ``"float"`` or ``"cim"``.
-        peak_band_rows: for each tensor computed by bands, the most rows (axis 2) held at
+        peak_band_rows: for each tensor on chip, the most rows (along its row axis) held at
             once; below the tensor's height when it never existed whole.
         reference_kernel_ops: ops that ran on their own reference kernel (no distinct fused
             kernel, not folded or merged into weights): compared with the reference, they
@@ -81,75 +78,35 @@ class Execution:
     """
 
     outputs: dict[str, np.ndarray]
-    act_read_bytes: int
-    act_write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
     group_read_bytes: tuple[int, ...]
     group_write_bytes: tuple[int, ...]
+    group_peak_buffer_bytes: tuple[int, ...] = ()
+    group_band_rows: tuple[int, ...] = ()
     numerics: str = "float"
     peak_band_rows: dict[str, int] = field(default_factory=dict)
     reference_kernel_ops: tuple[str, ...] = ()
 
     @property
+    def peak_buffer_bytes(self) -> int:
+        """The most bytes any group held on chip at once."""
+        return max(self.group_peak_buffer_bytes, default=0)
+
+    @property
+    def act_read_bytes(self) -> int:
+        """Activation bytes read (every DRAM read of the executor is an activation)."""
+        return self.dram_read_bytes
+
+    @property
+    def act_write_bytes(self) -> int:
+        """Activation bytes written."""
+        return self.dram_write_bytes
+
+    @property
     def act_traffic_bytes(self) -> int:
         """Reads plus writes."""
-        return self.act_read_bytes + self.act_write_bytes
-
-
-# ---- the instrumented store ---------------------------------------------------------------
-class _Store:
-    """Tensors that cross group boundaries, with byte counters per group."""
-
-    def __init__(self, graph: Graph, act_bytes: int, n_groups: int) -> None:
-        self.graph = graph
-        self.act_bytes = act_bytes
-        self.values: dict[str, np.ndarray] = {}
-        self._rows_written: dict[str, int] = {}
-        self.read_bytes = [0] * n_groups
-        self.write_bytes = [0] * n_groups
-        self.group = 0
-        self._read_now: set[str] = set()
-
-    def begin_group(self, index: int) -> None:
-        self.group = index
-        self._read_now = set()
-
-    def read(self, name: str) -> np.ndarray:
-        """Read a whole tensor from outside the group (each distinct tensor counted once)."""
-        if name not in self.values or self._rows_written.get(name, -1) >= 0:
-            producer = self.graph.producer_map.get(name, "?")
-            raise IllegalPlanError(
-                f"tensor '{name}' (from op '{producer}') is read before its group ran: "
-                "groups must be in topological order and convex (rule 1)"
-            )
-        if name not in self._read_now:
-            self._read_now.add(name)
-            self.read_bytes[self.group] += self.values[name].size * self.act_bytes
-        return self.values[name]
-
-    def write(self, name: str, value: np.ndarray) -> None:
-        """Store a whole tensor."""
-        expect = self.graph.tensors[name].shape
-        assert tuple(value.shape) == expect, f"{name}: computed {value.shape}, declared {expect}"
-        self.values[name] = np.ascontiguousarray(value, dtype=DTYPE)
-        self.write_bytes[self.group] += value.size * self.act_bytes
-
-    def write_rows(self, name: str, start: int, rows: np.ndarray) -> None:
-        """Store rows ``[start, start + len)`` (axis 2) of a tensor written by bands."""
-        shape = self.graph.tensors[name].shape
-        if name not in self.values:
-            self.values[name] = np.empty(shape, dtype=DTYPE)
-            self._rows_written[name] = 0
-        assert start == self._rows_written[name], f"{name}: rows out of order"
-        self.values[name][:, :, start : start + rows.shape[ROW_AXIS]] = rows
-        self._rows_written[name] += rows.shape[ROW_AXIS]
-        self.write_bytes[self.group] += rows.size * self.act_bytes
-        if self._rows_written[name] == shape[ROW_AXIS]:
-            self._rows_written[name] = -1  # complete
-
-    def end_group(self, stored: list[str]) -> None:
-        for name in stored:
-            if self._rows_written.get(name, -1) >= 0:
-                raise AssertionError(f"tensor '{name}' was stored incompletely")
+        return self.dram_read_bytes + self.dram_write_bytes
 
 
 # ---- compiled groups ----------------------------------------------------------------------
@@ -228,8 +185,12 @@ def _feature_axis(shape: tuple[int, ...], features: int, op: Op) -> int:
     return axis
 
 
-def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
-    """The merged node of a ``merge`` group and the names of the ops it replaces."""
+def _merge_chain(graph: Graph, group: Group, weights: bool = True) -> tuple[Node, list[str]]:
+    """The merged node of a ``merge`` group and the names of the ops it replaces.
+
+    With ``weights=False`` only the structure is decided (the same checks, the same nodes);
+    the merged matrix is a placeholder of the right shape.
+    """
     inside = set(group.ops)
     ops = graph.subgraph_ops(group.ops)
     linear = [op for op in ops if op.op_class is OpClass.LINEAR]
@@ -260,7 +221,11 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
                     f"{where}: op '{nxt.name}' reads {p.weight.shape[0]} features per row, "
                     f"the chain before it gives {acc.weight.shape[1]}: not a matrix chain"
                 )
-            acc = acc.then(p)
+            if weights:
+                acc = acc.then(p)
+            else:  # the shape of W1·W2 without computing it
+                placeholder = np.empty((acc.weight.shape[0], p.weight.shape[1]), dtype=DTYPE)
+                acc = replace(acc, weight=placeholder, out_axis=p.out_axis, out_shape=p.out_shape)
             axis = acc.out_axis % len(acc.out_shape)
         elif cls is OpClass.LAYOUT and not def_of(nxt).reorders:
             axis = _feature_axis(graph.tensors[nxt.output].shape, acc.weight.shape[1], nxt)
@@ -276,7 +241,8 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
                 raise IllegalPlanError(
                     f"{where}: op '{nxt.name}' ({nxt.op_type}) is not a per-feature affine map"
                 )
-            acc = acc.fold(*coeffs)
+            if weights:
+                acc = acc.fold(*coeffs)
         else:
             raise IllegalPlanError(
                 f"{where}: op '{nxt.name}' ({nxt.op_type}, {cls}) cannot be merged into a matrix"
@@ -290,8 +256,9 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
     return node, chain
 
 
-def _fold_affine(graph: Graph, inside: set[str], node: Node) -> Node:
-    """Fold following single-consumer AFFINE ops into a LINEAR node's weights."""
+def _fold_affine(graph: Graph, inside: set[str], node: Node, weights: bool = True) -> Node:
+    """Fold following single-consumer AFFINE ops into a LINEAR node's weights (with
+    ``weights=False``: decide which, leave the weights as they are)."""
     assert node.linear is not None
     p, out, folded = node.linear, node.outputs[0], list(node.folded or (node.name,))
     while True:
@@ -302,7 +269,8 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node) -> Node:
         coeffs = affine_coeffs(graph, nxt, axis)
         if coeffs is None:
             break
-        p = p.fold(*coeffs)
+        if weights:
+            p = p.fold(*coeffs)
         out = nxt.output
         folded.append(nxt.name)
     return Node(node.name, node.op, node.inputs, (out,), p, node.banded, tuple(folded))
@@ -359,12 +327,30 @@ def compile_group(graph: Graph, group: Group) -> list[Node]:
     return hit
 
 
-def _compile_group(graph: Graph, group: Group) -> list[Node]:
+_STRUCTURES: dict[tuple[str, tuple[tuple[str, ...], str]], list[Node]] = {}
+
+
+def group_structure(graph: Graph, group: Group) -> list[Node]:
+    """The nodes :func:`compile_group` makes, without computing folded or merged weights.
+
+    Which tensors exist on chip and how their rows flow depend only on this structure; the
+    capacity model (:mod:`fusiontune.sim.capacity`) reads it. Cached like compiled groups.
+    """
+    key = (graph.structural_hash, group.key)
+    hit = _STRUCTURES.get(key)
+    if hit is None:
+        if len(_STRUCTURES) >= COMPILED_CACHE_MAX * 8:
+            _STRUCTURES.pop(next(iter(_STRUCTURES)))
+        hit = _STRUCTURES[key] = _compile_group(graph, group, weights=False)
+    return hit
+
+
+def _compile_group(graph: Graph, group: Group, weights: bool = True) -> list[Node]:
     inside = set(group.ops)
     ops = graph.subgraph_ops(group.ops)
     replaced: dict[str, Node | None] = {}  # op name -> node it starts, or None when absorbed
     if group.mode is Mode.MERGE:
-        merged, chain = _merge_chain(graph, group)
+        merged, chain = _merge_chain(graph, group, weights)
         for name in chain:
             replaced[name] = None
         replaced[chain[0]] = merged
@@ -383,7 +369,7 @@ def _compile_group(graph: Graph, group: Group) -> list[Node]:
         else:
             node = Node(op.name, op, op.inputs, op.outputs)
         if node.linear is not None:
-            node = _fold_affine(graph, inside, node)
+            node = _fold_affine(graph, inside, node, weights)
             for name in node.folded[1:]:
                 replaced[name] = None
         nodes.append(node)
@@ -391,195 +377,6 @@ def _compile_group(graph: Graph, group: Group) -> list[Node]:
         Node(n.name, n.op, n.inputs, n.outputs, n.linear, _row_local(graph, n), n.folded)
         for n in nodes
     ]
-
-
-# ---- running one group --------------------------------------------------------------------
-class _LineBuffer:
-    """Rows ``[lo, hi)`` of one banded tensor; rows no consumer needs any more are dropped."""
-
-    def __init__(self, consumers: set[str]) -> None:
-        self.chunks: list[tuple[int, np.ndarray]] = []
-        self.hi = 0
-        self.consumers = set(consumers)
-        self.last: dict[str, int] = {}
-        self.peak_rows = 0  # most rows held at once (the line buffer's size)
-
-    @property
-    def lo(self) -> int:
-        return self.chunks[0][0] if self.chunks else self.hi
-
-    def append(self, rows: np.ndarray) -> None:
-        self.chunks.append((self.hi, rows))
-        self.hi += rows.shape[ROW_AXIS]
-        self.peak_rows = max(self.peak_rows, self.hi - self.lo)
-
-    def get(self, a: int, b: int) -> np.ndarray:
-        parts = []
-        for start, arr in self.chunks:
-            stop = start + arr.shape[ROW_AXIS]
-            if stop <= a or start >= b:
-                continue
-            parts.append(arr[:, :, max(a, start) - start : min(b, stop) - start])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=ROW_AXIS)
-
-    def release(self, consumer: str, a: int) -> None:
-        """``consumer`` will not ask for rows below ``a`` again: drop rows nobody needs."""
-        self.consumers.add(consumer)
-        self.last[consumer] = a
-        keep_from = min(self.last.get(c, 0) for c in self.consumers)
-        while self.chunks and self.chunks[0][0] < keep_from:
-            start, arr = self.chunks[0]
-            if start + arr.shape[ROW_AXIS] <= keep_from:
-                self.chunks.pop(0)
-            else:  # keep only the rows still needed (a copy, so the old band is freed)
-                self.chunks[0] = (keep_from, arr[:, :, keep_from - start :].copy())
-
-
-class _GroupRun:
-    """Evaluates a compiled group on local arrays; stores only the group's boundary tensors."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        nodes: list[Node],
-        inputs: Mapping[str, np.ndarray],
-        stored: list[str],
-        store: _Store,
-        matmul: MatmulFn,
-    ) -> None:
-        self.graph = graph
-        self.matmul = matmul
-        self.store = store
-        self.stored = set(stored)
-        self.producer: dict[str, Node] = {t: n for n in nodes for t in n.outputs if t}
-        self.full_values: dict[str, np.ndarray] = dict(inputs)
-        self.buffers: dict[str, _LineBuffer] = {}
-        for n in nodes:
-            if n.banded:
-                users = {m.name for m in nodes if n.outputs[0] in m.inputs}
-                self.buffers[n.outputs[0]] = _LineBuffer(users)
-
-    # -- values --------------------------------------------------------------------------
-    def shape(self, tensor: str) -> tuple[int, ...]:
-        return self.graph.tensors[tensor].shape
-
-    def full(self, tensor: str, consumer: str = _SINK) -> np.ndarray:
-        """The whole tensor (constants, inputs, whole-op results, or all rows of a band)."""
-        if self.graph.is_constant(tensor):
-            return np.asarray(self.graph.tensors[tensor].value)
-        if tensor in self.full_values:
-            return self.full_values[tensor]
-        if tensor in self.buffers:
-            return self.rows(tensor, 0, self.shape(tensor)[ROW_AXIS], consumer)
-        node = self.producer[tensor]
-        args = [self.full(t, node.name) if t else None for t in node.inputs]
-        outs = self._compute(node, args)
-        for t, v in zip(node.outputs, outs):
-            if t:
-                self.full_values[t] = v
-                if t in self.stored:
-                    self.store.write(t, v)
-        return self.full_values[tensor]
-
-    def rows(self, tensor: str, a: int, b: int, consumer: str) -> np.ndarray:
-        """Rows ``[a, b)`` of an NCHW tensor, computing missing rows of a banded producer."""
-        buf = self.buffers.get(tensor)
-        if buf is None:
-            return self.full(tensor, consumer)[:, :, a:b]
-        if a >= buf.lo:
-            buf.release(consumer, a)
-        if b > buf.hi:
-            start = buf.hi
-            new = self._band(self.producer[tensor], start, b)
-            buf.append(new)
-            if tensor in self.stored:
-                self.store.write_rows(tensor, start, new)
-        if a < buf.lo:  # rows already dropped (an unusual access order): recompute them
-            value = np.concatenate(
-                [self._band(self.producer[tensor], a, buf.lo), buf.get(buf.lo, b)], axis=ROW_AXIS
-            )
-        else:
-            value = buf.get(a, b)
-        buf.release(consumer, a)
-        return value
-
-    # -- kernels -------------------------------------------------------------------------
-    def _compute(self, node: Node, args: list[np.ndarray | None]) -> list[np.ndarray]:
-        p = node.linear
-        if p is None:
-            assert node.op is not None
-            return run_fused(node.op, args)
-        x = args[0]
-        assert x is not None
-        if p.kind == "matrix":
-            return [apply_matrix(p, x, self.matmul)]
-        assert p.source_op is not None
-        win = window_geometry(p.source_op, x.shape[2:], p.weight.shape[2:])
-        return [conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)]
-
-    def _band(self, node: Node, a: int, b: int) -> np.ndarray:
-        """Output rows ``[a, b)`` of a banded node."""
-        p = node.linear
-        band = def_of(node.op).band if node.op is not None else None
-        if p is not None or band is not None:
-            x_name = node.inputs[0]
-            x_shape = self.shape(x_name)
-            op = p.source_op if p is not None else node.op
-            assert op is not None
-            kernel = p.weight.shape[2:] if p is not None else kernel_shape(self.graph, op)
-            win = window_geometry(op, x_shape[2:], kernel)
-            band_win, lo, hi = win.band(a, b, x_shape[ROW_AXIS])
-            x = self.rows(x_name, lo, hi, node.name)
-            if p is not None:
-                return conv_nd(x, p.weight, p.bias, band_win, p.group, self.matmul)
-            assert band is not None
-            return band(op, x, band_win)
-        op = node.op
-        assert op is not None
-        height = self.shape(node.outputs[0])[ROW_AXIS]
-        args: list[np.ndarray | None] = []
-        for t in op.inputs:
-            if not t:
-                args.append(None)
-            elif self.graph.is_constant(t):
-                args.append(_slice_rows(np.asarray(self.graph.tensors[t].value), height, a, b))
-            elif len(self.shape(t)) == 4 and self.shape(t)[ROW_AXIS] == height:
-                args.append(self.rows(t, a, b, node.name))
-            else:
-                args.append(self.full(t, node.name))
-        return run_fused(op, args)[0]
-
-    # -- driver --------------------------------------------------------------------------
-    def run(self, stored: list[str]) -> None:
-        banded = [t for t in stored if t in self.buffers]
-        if banded:
-            primary = banded[-1]
-            self.buffers[primary].consumers.add(_SINK)
-            shape = self.shape(primary)
-            height = shape[ROW_AXIS]
-            per_row = math.prod(shape) // height
-            step = max(1, min(BAND_ELEMS_TARGET // per_row, math.ceil(height / MIN_BANDS)))
-            for a in range(0, height, step):
-                self.rows(primary, a, min(height, a + step), _SINK)
-            for t in banded:
-                buf, h = self.buffers[t], self.shape(t)[ROW_AXIS]
-                if buf.hi < h:
-                    self.rows(t, buf.hi, h, _SINK)
-        for t in stored:
-            if t not in self.buffers:
-                self.full(t)
-
-
-def _slice_rows(value: np.ndarray, height: int, a: int, b: int) -> np.ndarray:
-    """Rows [a, b) of a constant broadcast against an NCHW output of ``height`` rows."""
-    if value.ndim == 0 or value.ndim > 4 or height == 1:
-        return value
-    axis = ROW_AXIS - (4 - value.ndim)
-    if axis < 0 or value.shape[axis] != height:
-        return value
-    index = [slice(None)] * value.ndim
-    index[axis] = slice(a, b)
-    return value[tuple(index)]
 
 
 # ---- the public entry point ------------------------------------------------------------------
@@ -657,8 +454,13 @@ def execute(
     numerics: str = "float",
     hw: HardwareConfig | None = None,
     check: bool = True,
+    band_rows: int | None = None,
 ) -> Execution:
-    """Run ``plan`` on ``inputs``: one fused kernel per group, bytes counted at the store.
+    """Run ``plan`` on ``inputs`` inside a ``hw.buffer_bytes`` on-chip buffer.
+
+    Every group runs as one fused kernel (:mod:`fusiontune.sim.runner`): rows stream through
+    the buffer, the DMA counts every byte fetched and written, and the peak occupancy of each
+    group is measured.
 
     Args:
         graph: the model.
@@ -669,9 +471,14 @@ def execute(
             default :class:`HardwareConfig` when ``None``.
         check: run the planner's ``check_plan`` first. ``False`` executes any partition,
             legal or not (how the lecture's traps are shown).
+        band_rows: rows of every tensor produced or fetched per step. ``None``: about
+            ``BAND_ELEMS_TARGET`` elements per step (at least a row), halved until the group
+            fits the buffer; ``1`` is the least-buffer schedule the analytic model predicts.
 
     Raises:
         IllegalPlanError: the plan is illegal (with ``check``) or cannot be executed.
+        CapacityError: a group does not fit ``hw.buffer_bytes`` even one row at a time (or
+            at the given ``band_rows``).
         ExecutionInputError: an input is missing or has the wrong shape.
     """
     if numerics not in NUMERICS:
@@ -687,37 +494,70 @@ def execute(
 
         check_plan(graph, plan)
     hw = hw or HardwareConfig()
+    if band_rows is not None and (isinstance(band_rows, bool) or not isinstance(band_rows, int)
+                                  or band_rows < 1):  # fmt: skip
+        raise FusiontuneError(f"band_rows must be an integer >= 1 or None, got {band_rows!r}")
     matmul: MatmulFn = matmul_float
     if numerics == "cim":
         from fusiontune.sim.cim import CimNumerics, cim_matmul_fn
 
         matmul = cim_matmul_fn(CimNumerics.from_hw(hw))
-    store = _Store(graph, hw.act_bytes, plan.n_groups)
-    store.values.update(_check_inputs(graph, inputs))
+    dram = Dram(graph, hw.act_bytes, plan.n_groups)
+    dram.values.update(_check_inputs(graph, inputs))
     peak_rows: dict[str, int] = {}
     self_compared: list[str] = []
+    peaks: list[int] = []
+    bands: list[int] = []
     for index in group_order(graph, plan):
         group = plan.groups[index]
-        store.begin_group(index)
         nodes = compile_group(graph, group)
         self_compared += [n.name for n in nodes if _runs_reference_kernel(n)]
-        ext = {t: store.read(t) for t in external_inputs(graph, group)}
         stored = stored_tensors(graph, group)
-        run = _GroupRun(graph, nodes, ext, stored, store, matmul)
-        run.run(stored)
-        store.end_group(stored)
-        peak_rows.update({t: buf.peak_rows for t, buf in run.buffers.items()})
-    outputs = {t: store.values[t] for t in graph.outputs}
+        stats = _run_group(graph, index, group, nodes, stored, dram, hw, band_rows, matmul)
+        peaks.append(stats.peak_bytes)
+        bands.append(stats.band_rows)
+        peak_rows.update(stats.peak_rows)
+    outputs = {t: dram.values[t] for t in graph.outputs}
     return Execution(
         outputs=outputs,
-        act_read_bytes=sum(store.read_bytes),
-        act_write_bytes=sum(store.write_bytes),
-        group_read_bytes=tuple(store.read_bytes),
-        group_write_bytes=tuple(store.write_bytes),
+        dram_read_bytes=sum(dram.read_bytes),
+        dram_write_bytes=sum(dram.write_bytes),
+        group_read_bytes=tuple(dram.read_bytes),
+        group_write_bytes=tuple(dram.write_bytes),
+        group_peak_buffer_bytes=tuple(peaks),
+        group_band_rows=tuple(bands),
         numerics=numerics,
         peak_band_rows=peak_rows,
         reference_kernel_ops=tuple(sorted(self_compared, key=graph.op_index.__getitem__)),
     )
+
+
+def _run_group(
+    graph: Graph,
+    index: int,
+    group: Group,
+    nodes: list[Node],
+    stored: list[str],
+    dram: Dram,
+    hw: HardwareConfig,
+    band_rows: int | None,
+    matmul: MatmulFn,
+) -> GroupStats:
+    """Run one group; without a given band height, halve the bands until the group fits."""
+    label = f"[{group.ops[0]}]" if len(group.ops) == 1 else (
+        f"[{group.ops[0]} .. {group.ops[-1]}] ({len(group.ops)} ops)"
+    )
+    elems = BAND_ELEMS_TARGET
+    while True:
+        runner = GroupRunner(graph, index, label, nodes, stored, dram, hw.buffer_bytes,
+                             band_rows, matmul, band_elems=elems)  # fmt: skip
+        try:
+            return runner.run()
+        except CapacityError:
+            if band_rows is not None or elems <= 1:
+                raise
+            dram.forget_group(index)
+            elems //= 2
 
 
 def _runs_reference_kernel(node: Node) -> bool:

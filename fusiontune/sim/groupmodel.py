@@ -5,16 +5,22 @@ whole group with it; the exact optimizer (:mod:`fusiontune.search.optimize`) gro
 op at a time along its walk of the ideal lattice (:class:`fusiontune.planner.lattice.Lattice`)
 and reads the same numbers. The formulas are the ones documented in :mod:`fusiontune.sim.cost`
 (traffic, crossbar mapping, buffer accesses, energy, cycles, capacity) and
-:mod:`fusiontune.sim.needs` (line buffers, held and skip tensors, weight matrices).
+:mod:`fusiontune.sim.needs` (weight matrices); the on-chip buffer a group needs is the peak of
+its row schedule (:mod:`fusiontune.sim.capacity`).
 
 Why op by op works: a group ``G`` is always grown from an ideal ``D`` (the ops before it) by
 adding an op whose predecessors are all in ``D ∪ G``. Everything that depends on *which
 ancestors of an op are in the group* — whether an AFFINE op folds into its LINEAR producer,
-the row delay of its outputs, the lag a residual Add must buffer, when a pipeline stage can
-start — is then fixed the moment the op joins (its ancestors in the group are exactly its
-ancestors outside ``D``), so it is computed once per ``(D, op)`` (:class:`_Context`). What
-depends on later members (whether an output is still read outside the group; the largest
-window reading a tensor) is updated as they join. Each update costs O(degree).
+when a pipeline stage can start — is then fixed the moment the op joins (its ancestors in the
+group are exactly its ancestors outside ``D``), so it is computed once per ``(D, op)``
+(:class:`_Context`). What depends on later members (whether an output is still read outside
+the group) is updated as they join. Each update costs O(degree).
+
+Capacity along the walk: the exact peak needs the whole group, so the state carries two
+bounds of it that only grow as ops join: a lower bound (the largest moment one op alone
+needs: a window's input rows and its output row, or a WHOLE op's whole inputs and outputs)
+and an upper bound (every tensor the group touches held whole). The optimizer prunes on the
+first, accepts on the second, and replays the schedule only in between.
 
 Pipeline fill is charged along the group's dataflow: a LINEAR stage ``c`` starts once each
 LINEAR stage ``m`` feeding it (through non-LINEAR members) has produced the rows ``c``'s
@@ -32,19 +38,16 @@ from typing import Any, NamedTuple
 
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import delay_rows, is_global_pool
 from fusiontune.planner._index import bits, graph_index
-from fusiontune.planner.plan import Mode
+from fusiontune.planner.plan import Group, Mode
+from fusiontune.sim.capacity import Peak, group_peak
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import (
     WeightMatrix,
-    _held_elems,
-    _is_window,
-    _row_elems,
-    _rows,
     linear_matrix,
     window_rows,
 )
+from fusiontune.sim.rows import RowKind, height, row_elems, row_map
 
 MAX_MODELS = 32  # (graph, hardware) models kept alive at once
 # Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
@@ -74,6 +77,7 @@ class _Structure:
 
     graph: Graph
     n: int
+    graph_names: tuple[str, ...]
     anc: tuple[int, ...]
     numel: tuple[int, ...]  # by tensor id
     producer: tuple[int, ...]  # op index, -1 for a graph input
@@ -89,13 +93,10 @@ class _Structure:
     out_elems: tuple[int, ...]  # first output
     has_bias: tuple[bool, ...]
     matrix: tuple[WeightMatrix | None, ...]
-    window: tuple[bool, ...]  # reads a tensor through a window or a global pool
-    line_need: tuple[dict[int, int], ...]  # op -> {input tensor: line-buffer elements}
-    op_delay: tuple[int, ...]
+    cap_lb: tuple[int, ...]  # elements on chip at once while the op alone runs (a lower bound)
+    acc_elems: tuple[int, ...]  # accumulator of a global pool
     stats: tuple[bool, ...]
-    held: tuple[int, ...]
     k0: tuple[int, ...]
-    row_elems: tuple[int, ...]  # by tensor id
 
 
 @lru_cache(maxsize=MAX_MODELS)
@@ -131,30 +132,15 @@ def _structure(graph: Graph) -> _Structure:
             m |= 1 << pos[c]
         consumers.append(m)
     shapes = [graph.tensors[t].shape for t in names]
-    line_need: list[dict[int, int]] = []
-    window, op_delay, stats, held, k0s = [], [], [], [], []
+    cap_lb, acc_elems, stats, k0s = [], [], [], []
     element_ops, buffer_elems, out_elems, has_bias = [], [], [], []
     matrix: list[WeightMatrix | None] = []
     for i, op in enumerate(graph.ops):
         cls = ix.classes[i]
-        needs: dict[int, int] = {}
-        # rows the output lags the input (STATS: applies only when the input is internal)
-        delay = delay_rows(graph, op, input_inside=True)
-        if _is_window(graph, op):
-            k0 = window_rows(graph, op)
-            for t in acts[i]:
-                shape = shapes[t]
-                needs[t] = min(k0, _rows(shape)) * _row_elems(shape)
-        elif is_global_pool(op) and acts[i]:
-            shape = shapes[acts[i][0]]
-            for t in acts[i]:
-                needs[t] = shape[0] * shape[1]
-        line_need.append(needs)
-        window.append(bool(needs))
-        is_stats = cls is OpClass.STATS
-        stats.append(is_stats)
-        held.append(_held_elems(graph, op) if is_stats else 0)
-        op_delay.append(delay)
+        lb, acc = _op_capacity(graph, op)
+        cap_lb.append(lb)
+        acc_elems.append(acc)
+        stats.append(cls is OpClass.STATS)
         k0s.append(window_rows(graph, op))
         out_elems.append(math.prod(graph.tensors[op.outputs[0]].shape))
         if cls is OpClass.LINEAR:
@@ -173,6 +159,7 @@ def _structure(graph: Graph) -> _Structure:
     return _Structure(
         graph=graph,
         n=ix.n,
+        graph_names=ix.names,
         anc=ix.anc,
         numel=tuple(math.prod(s) for s in shapes),
         producer=tuple(_producer_index(graph, pos, t) for t in names),
@@ -193,14 +180,42 @@ def _structure(graph: Graph) -> _Structure:
         out_elems=tuple(out_elems),
         has_bias=tuple(has_bias),
         matrix=tuple(matrix),
-        window=tuple(window),
-        line_need=tuple(line_need),
-        op_delay=tuple(op_delay),
+        cap_lb=tuple(cap_lb),
+        acc_elems=tuple(acc_elems),
         stats=tuple(stats),
-        held=tuple(held),
         k0=tuple(k0s),
-        row_elems=tuple(_row_elems(s) for s in shapes),
     )
+
+
+_NEVER_FOLDED = frozenset({OpClass.ELEMWISE, OpClass.BINARY, OpClass.STATS, OpClass.WINDOW,
+                           OpClass.OPAQUE})  # fmt: skip
+
+
+def _op_capacity(graph: Graph, op: Any) -> tuple[int, int]:
+    """(elements on chip at one moment of the op's own run, accumulator elements).
+
+    The moment is one every schedule of every group holding the op goes through, whatever
+    the group's mode: a sliding window (never folded or merged away) holds ``min(k, H)`` rows
+    of its input and its new output row; an op that cannot stream (and is never folded into
+    weights) holds its whole inputs and outputs; a global pool its ``N x C`` accumulator and a
+    row of its input. Other ops claim nothing (0), which keeps the bound valid.
+    """
+    rm = row_map(graph, op)
+    acts = graph.activation_inputs(op)
+    out = op.outputs[0]
+    if rm.kind is RowKind.WINDOW and rm.window is not None and acts:
+        x = acts[0]
+        rows = min(height(graph, x), rm.window.effective[0])
+        return rows * row_elems(graph, x) + row_elems(graph, out), 0
+    if rm.kind is RowKind.REDUCE and acts:
+        shape = graph.tensors[acts[0]].shape
+        acc = shape[0] * shape[1]
+        return acc + row_elems(graph, acts[0]), acc
+    if rm.kind is RowKind.WHOLE and op.op_class in _NEVER_FOLDED:
+        inside = sum(math.prod(graph.tensors[t].shape) for t in acts)
+        made = sum(math.prod(graph.tensors[t].shape) for t in op.outputs if t)
+        return inside + made, 0
+    return 0, 0
 
 
 def _producer_index(graph: Graph, pos: Any, tensor: str) -> int:
@@ -304,8 +319,6 @@ class _Context(NamedTuple):
     internal: tuple[int, ...]  # activation inputs produced inside the group
     folded: bool  # an AFFINE op folded into its LINEAR producer's weights
     source: bool  # its output comes straight out of a LINEAR op (through folds and views)
-    delay: int  # row delay of its outputs
-    skip: int  # elements a BINARY op holds of its earlier input
     ups: tuple[int, ...]  # LINEAR stages feeding its output through non-LINEAR members
     start: int  # cycle at which a LINEAR stage can start (pipeline fill)
 
@@ -316,9 +329,8 @@ class GroupState(NamedTuple):
     read_mask: int  # tensors read from outside
     read_elems: int
     write_elems: int
-    line_elems: int
-    held_elems: int
-    skip_elems: int
+    lb_elems: int  # capacity lower bound: the largest one-op moment (grows with the group)
+    ub_elems: int  # capacity upper bound: every tensor touched, whole, and accumulators
     digital: int  # ALU ops of non-LINEAR members
     buffer_elems: int  # buffer element accesses of non-LINEAR members
     lin_digital: int  # bias additions of LINEAR members
@@ -335,7 +347,7 @@ class GroupState(NamedTuple):
     n_linear: int
 
 
-EMPTY = GroupState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+EMPTY = GroupState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 class GroupTotals(NamedTuple):
@@ -345,14 +357,12 @@ class GroupTotals(NamedTuple):
     """
 
     values: tuple[float, ...]
-    buffer_needed_bytes: int
+    buffer_needed_bytes: int | None  # the peak (None: only known to fit or not to fit)
     crossbars_needed: int
-    line_elems: int
-    held_elems: int
-    skip_elems: int
     n_matrices: int
     over_buffer: bool
     over_crossbars: bool
+    peak: Peak | None = None  # what the peak holds (elements), when replayed
 
     @property
     def feasible(self) -> bool:
@@ -390,9 +400,9 @@ class GroupModel:
         ctx = self._ctx.get(v)
         if ctx is None:
             ctx = self._context(v)
-        old = group_mask & ~(1 << v)
         read_mask, read_elems, write_elems = state.read_mask, state.read_elems, state.write_elems
-        line = state.line_elems
+        lb = max(state.lb_elems, st.cap_lb[v])
+        ub = state.ub_elems + st.acc_elems[v]
         internal = ctx.internal
         for t in st.acts[v]:
             if t in internal:
@@ -401,30 +411,21 @@ class GroupModel:
             elif not read_mask >> t & 1:
                 read_mask |= 1 << t
                 read_elems += st.numel[t]
+                ub += st.numel[t]
         for t in st.used_outs[v]:
             write_elems += st.numel[t]
-        if st.window[v]:
-            needs = st.line_need
-            for t in internal:
-                need = needs[v][t]
-                current = 0
-                for c in bits(st.consumers[t] & old):
-                    current = max(current, needs[c].get(t, 0))
-                if need > current:
-                    line += need - current
-        held = state.held_elems + (st.held[v] if st.stats[v] and internal else 0)
-        skip = state.skip_elems + ctx.skip
+            ub += st.numel[t]
         lin = self.lin.get(v)
         if lin is None:
             digital, buffer = state.digital, state.buffer_elems
             if not ctx.folded and st.cls[v] is not OpClass.LAYOUT:
                 digital += st.element_ops[v]
                 buffer += st.buffer_elems[v]
-            return GroupState(read_mask, read_elems, write_elems, line, held, skip, digital,
-                              buffer, *state[8:])  # fmt: skip
+            return GroupState(read_mask, read_elems, write_elems, lb, ub, digital, buffer,
+                              *state[7:])  # fmt: skip
         out = st.out_elems[v]
         return GroupState(
-            read_mask, read_elems, write_elems, line, held, skip, state.digital,
+            read_mask, read_elems, write_elems, lb, ub, state.digital,
             state.buffer_elems,
             state.lin_digital + (out if st.has_bias[v] else 0),
             state.lin_buffer + out + lin.vector_reads,
@@ -443,24 +444,30 @@ class GroupModel:
     def dead(self, state: GroupState, merge_possible: bool) -> bool:
         """Whether no group containing this one (grown from the same base) is feasible.
 
-        Monotone facts only: line buffers and held tensors never shrink as a group grows
-        (skip tensors can), and without a merge the crossbars of the members only add up.
+        Monotone facts only: the capacity lower bound (one op's own moment) only grows, and
+        without a merge the crossbars of the members only add up.
         """
         hw = self.hw
-        if (state.line_elems + state.held_elems) * hw.act_bytes > hw.buffer_bytes:
+        if state.lb_elems * hw.act_bytes > hw.buffer_bytes:
             return True
         if merge_possible or state.crossbars <= hw.n_crossbars:
             return False
         return hw.weights_resident or state.n_linear >= 2
 
     def finish(self, state: GroupState, group_mask: int, mode: Mode) -> GroupTotals | None:
-        """Totals of a legal group in ``mode``; ``None`` when it breaks a capacity limit."""
-        totals = self.totals(state, group_mask, mode)
+        """Totals of a legal group in ``mode``; ``None`` when it breaks a capacity limit.
+
+        The buffer verdict takes the cheap way where it can: fits if even every tensor held
+        whole fits, does not fit if one op's own moment does not; the schedule is replayed
+        only in between (``buffer_needed_bytes`` is then known, else ``None``).
+        """
+        totals = self.totals(state, group_mask, mode, exact_buffer=False)
         return totals if totals.feasible else None
 
     # ---- whole groups --------------------------------------------------------------------------
-    def evaluate(self, members: list[int], mode: Mode) -> GroupTotals:
-        """Totals of the group ``members`` (op indices; a convex set) in ``mode``."""
+    def evaluate(self, members: list[int], mode: Mode, exact_buffer: bool = True) -> GroupTotals:
+        """Totals of the group ``members`` (op indices; a convex set) in ``mode``
+        (``exact_buffer=False``: the buffer verdict from the bounds when they decide it)."""
         group = 0
         for v in members:
             group |= 1 << v
@@ -476,7 +483,7 @@ class GroupModel:
             for v in sorted(members):
                 mask |= 1 << v
                 state = self.add(state, v, mask)
-            return self.totals(state, group, mode)
+            return self.totals(state, group, mode, exact_buffer=exact_buffer)
         finally:
             self._base, self._ctx = saved
 
@@ -499,8 +506,14 @@ class GroupModel:
         finally:
             self._base, self._ctx = saved
 
-    def totals(self, s: GroupState, group_mask: int, mode: Mode) -> GroupTotals:
-        """Stage 4–6 of :mod:`fusiontune.sim.cost` from a group's running totals."""
+    def totals(
+        self, s: GroupState, group_mask: int, mode: Mode, exact_buffer: bool = True
+    ) -> GroupTotals:
+        """Stage 4–6 of :mod:`fusiontune.sim.cost` from a group's running totals.
+
+        ``exact_buffer``: replay the row schedule for the peak (else only decide whether the
+        group fits, from the state's bounds when they decide it).
+        """
         hw = self.hw
         lin_digital, lin_buffer = s.lin_digital, s.lin_buffer
         crossbars, cell_ops, conversions, drives = s.crossbars, s.cell_ops, s.conversions, s.drives
@@ -551,7 +564,7 @@ class GroupModel:
             compute = max(sum(m.stage_cycles for m in members), digital_cycles)  # stages share
         memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
         cycles = max(compute, memory) if hw.overlap_memory_compute else compute + memory
-        buffer_needed = (s.line_elems + s.held_elems + s.skip_elems) * ab
+        buffer_needed, peak, over_buffer = self._buffer(s, group_mask, mode, exact_buffer)
         over_crossbars = crossbars > hw.n_crossbars and (hw.weights_resident or n_matrices > 1)
         values = (
             act_read, act_write, weight_load, reload, act_read + act_write, dram_bytes,
@@ -564,13 +577,26 @@ class GroupModel:
             values=values,
             buffer_needed_bytes=buffer_needed,
             crossbars_needed=crossbars,
-            line_elems=s.line_elems,
-            held_elems=s.held_elems,
-            skip_elems=s.skip_elems,
             n_matrices=n_matrices,
-            over_buffer=buffer_needed > hw.buffer_bytes,
+            over_buffer=over_buffer,
             over_crossbars=over_crossbars,
+            peak=peak,
         )
+
+    def _buffer(
+        self, s: GroupState, group_mask: int, mode: Mode, exact: bool
+    ) -> tuple[int | None, Peak | None, bool]:
+        """(peak bytes or None, the replayed peak or None, over the buffer?)."""
+        ab, cap = self.hw.act_bytes, self.hw.buffer_bytes
+        if not exact:
+            if s.ub_elems * ab <= cap:
+                return None, None, False
+            if s.lb_elems * ab > cap:
+                return None, None, True
+        names = self.st.graph_names
+        group = Group(tuple(names[i] for i in bits(group_mask)), mode)
+        peak = group_peak(self.graph, group)
+        return peak.elems * ab, peak, peak.elems * ab > cap
 
     def merged_matrix(self, members: list[int]) -> tuple[WeightMatrix, int]:
         """The one matrix of a P3 chain and the index of its last LINEAR op."""
@@ -595,7 +621,6 @@ class GroupModel:
         internal = tuple(t for t in st.acts[v] if st.producer[t] >= 0
                          and not base >> st.producer[t] & 1)  # fmt: skip
         ctxs = [self._ctx[st.producer[t]] for t in internal]
-        delays = {t: c.delay for t, c in zip(internal, ctxs)}
         cls = st.cls[v]
         # fold (AFFINE) and straight-from-LINEAR sources (LINEAR, folds, views)
         folded = source = False
@@ -606,16 +631,6 @@ class GroupModel:
             if ctxs[0].source and st.first_out[t] and st.single_reader[t]:
                 folded = cls is OpClass.AFFINE
                 source = True
-        # row delay of the outputs
-        op_delay = st.op_delay[v] if (not st.stats[v] or internal) else 0
-        delay = max((delays[t] for t in internal), default=0) + op_delay
-        # a BINARY op holds its earlier input for the other one's lag
-        skip = 0
-        if cls is OpClass.BINARY and len(st.acts[v]) == 2:
-            a, b = sorted(st.acts[v], key=lambda t: delays.get(t, 0))
-            lag = delays.get(b, 0) - delays.get(a, 0)
-            if lag > 0:
-                skip = min(st.numel[a], st.row_elems[a] * lag)
         # pipeline fill along the dataflow
         feeding: dict[int, None] = {}
         for c in ctxs:
@@ -629,7 +644,7 @@ class GroupModel:
             ups: tuple[int, ...] = (v,)
         else:
             ups = tuple(feeding)
-        ctx = _Context(internal, folded, source, delay, skip, ups, start)
+        ctx = _Context(internal, folded, source, ups, start)
         self._ctx[v] = ctx
         return ctx
 

@@ -4,32 +4,11 @@
 the weight matrices its LINEAR ops put on crossbars. The cost model turns elements into
 bytes and matrices into crossbars for a given :class:`~fusiontune.sim.hardware.HardwareConfig`.
 
-Notation: a tensor of shape ``(N, C, S0, S1, ...)`` has ``rows = S0`` and a *row* of
-``N * C * S1 * ...`` elements; a tensor of rank <= 2 is one row. ``k0 = d0 * (K0 - 1) + 1``
-is the effective window height (kernel ``K0``, dilation ``d0``) of a Conv or pooling op.
-Only tensors produced *inside* the group need buffering; tensors read from DRAM are staged
-by the DMA as in the unfused plan and are not counted.
-The per-op facts (window height, held elements, delay, matrix shape) come from the op
-registry (``fusiontune/ops``); this module combines them over a group.
-
-Buffer elements (summed):
-
-- **line buffers**: for each intermediate tensor consumed inside the group by a sliding
-  window (Conv or pooling with a kernel larger than 1x1):
-  ``max over those consumers of min(k0, S0) * row``; consumed by a global pool: an
-  accumulator of ``N * C`` elements. Point-wise consumers (1x1 convs, FCs, element-wise ops)
-  pass elements straight through and need none.
-- **held tensors** of STATS ops whose input is produced inside the group (two-pass groups,
-  rule 3): a batch norm in training mode holds its whole input (statistics over N and
-  the spatial axes of every channel); Instance/GroupNormalization hold one sample
-  (``prod(shape[1:])``); LayerNormalization, Softmax, LogSoftmax and LpNormalization hold one
-  slice ``prod(shape[axis:])``; Reduce* ops keep an accumulator of their output's size.
-- **skip tensors**: a BINARY op (residual Add, gate Mul) whose two inputs arrive with
-  different delays must hold the earlier one. The delay ``D(t)`` of a tensor, in rows, is 0
-  for tensors read from outside the group and ``max(D(inputs)) + delay(op)`` for the others,
-  with ``delay = k0 - 1`` for windowed ops, ``S0`` (the whole input) for global pools and
-  held STATS ops, 0 otherwise. The BINARY op holds ``min(numel(a), row(a) * |D(a) - D(b)|)``
-  elements of its earlier input ``a`` (strides are ignored: a conservative row count).
+Buffer: the peak of the group's row schedule (:mod:`fusiontune.sim.capacity`), which the
+executor measures: rows of tensors staged from DRAM, line buffers of windows, rows a tensor
+keeps while a second reader lags (residual shortcuts), whole tensors of ops that cannot stream
+(two-pass batch statistics, layout changes across the row axis), global-pool accumulators.
+The per-op facts (window height, matrix shape) come from the op registry (``fusiontune/ops``).
 
 Weight matrices (one :class:`WeightMatrix` per LINEAR op; ``merge`` groups one merged matrix):
 
@@ -44,7 +23,6 @@ Weight matrices (one :class:`WeightMatrix` per LINEAR op; ``merge`` groups one m
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,17 +66,23 @@ class WeightMatrix:
 
 @dataclass(frozen=True)
 class GroupNeeds:
-    """On-chip needs of one group (elements and matrices; see the module docstring)."""
+    """On-chip needs of one group (elements and matrices; see the module docstring).
 
-    line_buffer_elems: int
-    held_elems: int
-    skip_elems: int
+    Attributes:
+        buffer_elems: the peak of the group's row schedule.
+        stream_elems: of which, rows of streamed tensors (line buffers, staged rows, lags).
+        whole_elems: of which, tensors held whole.
+        accumulator_elems: of which, global-pool accumulators.
+        matrices: weight matrices on crossbars.
+        folded_ops: AFFINE ops folded into a LINEAR op's weights.
+    """
+
+    buffer_elems: int
+    stream_elems: int
+    whole_elems: int
+    accumulator_elems: int
     matrices: tuple[WeightMatrix, ...]
     folded_ops: frozenset[str]
-
-    @property
-    def buffer_elems(self) -> int:
-        return self.line_buffer_elems + self.held_elems + self.skip_elems
 
 
 def window_rows(graph: Graph, op: Op) -> int:
@@ -110,22 +94,10 @@ def _is_window(graph: Graph, op: Op) -> bool:
     return registry.is_window(graph, op)
 
 
-def _rows(shape: tuple[int, ...]) -> int:
-    return shape[2] if len(shape) >= 3 else 1
-
-
-def _row_elems(shape: tuple[int, ...]) -> int:
-    return math.prod(shape) // _rows(shape)
-
-
 def linear_matrix(graph: Graph, op: Op) -> WeightMatrix:
     """The weight matrix of one LINEAR op (module docstring formulas)."""
     rows, cols, count, vectors, out_rows = registry.matrix_shape(graph, op)
     return WeightMatrix((op.name,), rows, cols, count, vectors, out_rows, window_rows(graph, op))
-
-
-def _held_elems(graph: Graph, op: Op) -> int:
-    return registry.held_elems(graph, op)
 
 
 def group_needs(graph: Graph, group: Group) -> GroupNeeds:
@@ -134,13 +106,14 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
     Computed by the group model (:mod:`fusiontune.sim.groupmodel`), the one implementation the
     cost model and the optimizer share; elements do not depend on the hardware.
     """
+    from fusiontune.sim.capacity import group_peak
     from fusiontune.sim.groupmodel import group_model
     from fusiontune.sim.hardware import HardwareConfig
 
     model = group_model(graph, HardwareConfig())
     pos = graph.op_index
     members = [pos[n] for n in group.ops]
-    totals = model.evaluate(members, group.mode)
+    peak = group_peak(graph, group)
     linear = [i for i in sorted(members) if model.st.matrix[i] is not None]
     if group.mode.value == "merge" and len(linear) >= 2:
         matrices: tuple[WeightMatrix, ...] = (model.merged_matrix(members)[0],)
@@ -148,9 +121,10 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
         matrices = tuple(m for i in linear if (m := model.st.matrix[i]) is not None)
     names = graph_names(graph)
     return GroupNeeds(
-        line_buffer_elems=totals.line_elems,
-        held_elems=totals.held_elems,
-        skip_elems=totals.skip_elems,
+        buffer_elems=peak.elems,
+        stream_elems=peak.stream_elems,
+        whole_elems=peak.whole_elems,
+        accumulator_elems=peak.accumulator_elems,
         matrices=matrices,
         folded_ops=frozenset(names[i] for i in model.folded_ops(members)),
     )

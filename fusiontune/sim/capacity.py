@@ -1,0 +1,221 @@
+"""How much on-chip buffer a group needs (DESIGN §5 rule 7): its row schedule, on counters.
+
+The executor (:mod:`fusiontune.sim.runner`) streams a group through the buffer by a fixed
+schedule; this module predicts that schedule's peak occupancy without running a kernel, by
+following only row counters. The schedule, one row per step (the least-buffer schedule):
+
+1. The group's stored tensors (its *sinks*) advance one row at a time, the least advanced
+   (as a fraction of its height) first.
+2. A row is *pulled*: to compute rows ``[a, a+1)`` of a tensor, its producer first pulls the
+   input rows its :class:`~fusiontune.sim.rows.RowMap` names (a window's rows, or the same
+   row), recursively, in input order; a tensor in DRAM is fetched row by row. The new output
+   row is allocated, then every input row the producer will not read again is released once
+   no other reader in the group needs it. A stored row goes to DRAM at once; a row nobody in
+   the group reads is released right after.
+3. A ``WHOLE`` op pulls every input row first and allocates its whole outputs; a ``REDUCE``
+   op (global pool) folds rows into an ``N x C`` accumulator as they arrive.
+4. Finally the rows of DRAM inputs nobody needed stream through (a group reads its inputs in
+   full), one at a time.
+
+The peak of the sum of resident rows is :attr:`Peak.elems`. The executor measures the same
+quantity from the arrays it really holds; ``tests/test_capacity.py`` checks the two against
+each other on many plans. Results are in elements (hardware-free) and cached per group.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.plan import Group
+from fusiontune.sim.rows import RowKind, RowMap, height, row_elems
+
+MAX_CACHED_GROUPS = 65536
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The most elements a group holds on chip at once, and what they are at that moment.
+
+    Attributes:
+        elems: the peak.
+        whole_elems: of which, tensors held whole (inputs and outputs of WHOLE ops).
+        accumulator_elems: of which, global-pool accumulators.
+        tensor: the tensor whose allocation reached the peak.
+    """
+
+    elems: int
+    whole_elems: int
+    accumulator_elems: int
+    tensor: str
+
+    @property
+    def stream_elems(self) -> int:
+        """Rows of streamed tensors (line buffers, staged DRAM rows) at the peak."""
+        return self.elems - self.whole_elems - self.accumulator_elems
+
+
+class _Tensor:
+    __slots__ = ("external", "hgt", "hi", "lo", "name", "readers", "row", "whole")
+
+    def __init__(self, name: str, hgt: int, row: int, external: bool) -> None:
+        self.name, self.hgt, self.row, self.external = name, hgt, row, external
+        self.lo = self.hi = 0
+        self.readers: dict[str, int] = {}
+        self.whole = False
+
+
+class _Replay:
+    """One group's schedule on counters (module docstring)."""
+
+    def __init__(self, graph: Graph, nodes: list, stored: list[str]) -> None:  # type: ignore[type-arg]
+        from fusiontune.sim.runner import node_row_map
+
+        self.graph = graph
+        self.used = self.peak = self.whole = self.acc = 0
+        self.at_peak = (0, 0, "")
+        self.maps: dict[str, RowMap] = {n.name: node_row_map(graph, n) for n in nodes}
+        self.made_by = {t: n for n in nodes for t in n.outputs if t}
+        self.ts: dict[str, _Tensor] = {}
+        for n in nodes:
+            for t in (*n.inputs, *n.outputs):
+                if t and t not in self.ts and not graph.is_constant(t):
+                    self.ts[t] = _Tensor(t, height(graph, t), row_elems(graph, t),
+                                         t not in self.made_by)  # fmt: skip
+        for n in nodes:
+            for t in n.inputs:
+                if t in self.ts:
+                    self.ts[t].readers[n.name] = 0
+        self.sinks = [t for t in stored if t in self.made_by]
+        self.ran: set[str] = set()
+
+    # ---- occupancy --------------------------------------------------------------------------
+    def _grow(self, elems: int, tensor: str, whole: int = 0, acc: int = 0) -> None:
+        self.used += elems
+        self.whole += whole
+        self.acc += acc
+        if self.used > self.peak:
+            self.peak = self.used
+            self.at_peak = (self.whole, self.acc, tensor)
+
+    def _add_rows(self, t: _Tensor, rows: int) -> None:
+        t.hi += rows
+        self._grow(rows * t.row, t.name, whole=rows * t.row if t.whole else 0)
+
+    def _drop_below(self, t: _Tensor, row: int) -> None:
+        row = min(row, t.hi)
+        if row > t.lo:
+            freed = (row - t.lo) * t.row
+            self.used -= freed
+            if t.whole:
+                self.whole -= freed
+            t.lo = row
+
+    def _settle(self, t: _Tensor) -> None:
+        self._drop_below(t, min(t.readers.values()) if t.readers else t.hi)
+
+    # ---- the schedule -----------------------------------------------------------------------
+    def run(self) -> Peak:
+        order = {t: k for k, t in enumerate(self.sinks)}
+        while True:
+            todo = [s for s in self.sinks if self.ts[s].hi < self.ts[s].hgt]
+            if not todo:
+                break
+            s = min(todo, key=lambda x: (self.ts[x].hi / self.ts[x].hgt, order[x]))
+            self.pull(self.ts[s], self.ts[s].hi + 1)
+        for t in self.ts.values():
+            while t.external and t.hi < t.hgt:  # unread DRAM rows stream through
+                self._add_rows(t, 1)
+                self._drop_below(t, t.hi)
+        whole, acc, tensor = self.at_peak
+        return Peak(self.peak, whole, acc, tensor)
+
+    def pull(self, t: _Tensor, upto: int) -> None:
+        """Rows below ``upto`` of ``t`` exist (fetched or computed)."""
+        if t.external:
+            while t.hi < upto:
+                self._add_rows(t, 1)
+            return
+        node = self.made_by[t.name]
+        rm = self.maps[node.name]
+        if rm.kind in (RowKind.WHOLE, RowKind.REDUCE):
+            if node.name not in self.ran:
+                self.ran.add(node.name)
+                self._all_at_once(node, rm)
+            return
+        while t.hi < upto:
+            self._step(node, rm, t, t.hi)
+
+    def _step(self, node: object, rm: RowMap, out: _Tensor, a: int) -> None:
+        """Output row ``a`` of a POINT or WINDOW node."""
+        lows: list[tuple[_Tensor, int]] = []
+        for k, name in enumerate(node.inputs):  # type: ignore[attr-defined]
+            t = self.ts.get(name) if name else None
+            if t is None:
+                continue
+            if rm.streamed[k]:
+                _, top = rm.input_rows(a, a + 1, t.hgt)
+                self.pull(t, top)
+                lows.append((t, rm.low_after(a + 1, t.hgt)))
+            else:
+                t.whole = True
+                self.pull(t, t.hgt)
+                lows.append((t, t.hgt if a + 1 >= out.hgt else 0))
+        self._add_rows(out, 1)
+        for t, low in lows:
+            t.readers[node.name] = max(t.readers[node.name], low)  # type: ignore[attr-defined]
+            self._settle(t)
+        self._settle(out)
+
+    def _all_at_once(self, node: object, rm: RowMap) -> None:
+        inputs = [self.ts[n] for n in node.inputs if n in self.ts]  # type: ignore[attr-defined]
+        if rm.kind is RowKind.REDUCE:
+            x = inputs[0]
+            shape = self.graph.tensors[x.name].shape
+            acc = shape[0] * shape[1]
+            self._grow(acc, x.name, acc=acc)
+            for a in range(x.hgt):
+                self.pull(x, a + 1)
+                x.readers[node.name] = a + 1  # type: ignore[attr-defined]
+                self._settle(x)
+            self.used -= acc
+            self.acc -= acc
+        else:
+            for t in inputs:
+                t.whole = True
+                self.pull(t, t.hgt)
+        for name in node.outputs:  # type: ignore[attr-defined]
+            if name in self.ts:
+                out = self.ts[name]
+                out.whole = True
+                self._add_rows(out, out.hgt)
+        for t in inputs:
+            t.readers[node.name] = t.hgt  # type: ignore[attr-defined]
+            self._settle(t)
+        for name in node.outputs:  # type: ignore[attr-defined]
+            if name in self.ts:
+                self._settle(self.ts[name])
+
+
+_CACHE: OrderedDict[tuple[str, tuple[tuple[str, ...], str]], Peak] = OrderedDict()
+
+
+def group_peak(graph: Graph, group: Group) -> Peak:
+    """The peak on-chip elements of ``group`` under the one-row schedule (cached)."""
+    key = (graph.structural_hash, group.key)
+    hit = _CACHE.get(key)
+    if hit is None:
+        from fusiontune.sim.execute import group_structure, stored_tensors
+
+        nodes = group_structure(graph, group)
+        hit = _Replay(graph, nodes, stored_tensors(graph, group)).run()
+        _CACHE[key] = hit
+        while len(_CACHE) > MAX_CACHED_GROUPS:
+            _CACHE.popitem(last=False)
+    return hit
+
+
+def clear_cache() -> None:
+    """Forget every replayed group."""
+    _CACHE.clear()
