@@ -261,6 +261,28 @@ def energy_notes(plans: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+def search_vs_greedy(plans: Sequence[dict[str, Any]]) -> list[str]:
+    """Models where the short search ended above the hardware-aware greedy plan."""
+    out = []
+    for preset in dict.fromkeys(r["preset"] for r in plans):
+        worse = []
+        for model in dict.fromkeys(r["model"] for r in plans):
+            rows = {r["plan"]: r for r in plans if r["model"] == model and r["preset"] == preset}
+            found, greedy = rows.get("best_found"), rows.get("greedy")
+            if not (found and greedy and greedy["feasible"]):
+                continue
+            if found["traffic_bytes"] > greedy["traffic_bytes"]:
+                worse.append(f"{model} ({found['traffic_bytes'] / greedy['traffic_bytes']:.3f}x)")
+        if worse:
+            out.append(
+                f"On {preset} the search ended above the hardware-aware greedy plan for "
+                + ", ".join(worse)
+                + ": its first trial is the hardware-blind greedy plan (the search driver "
+                "enqueues greedy_plan without the hardware), not the hardware-aware one."
+            )
+    return out
+
+
 def missing_found(plans: Sequence[dict[str, Any]]) -> list[str]:
     """(model, preset) pairs whose short search found no feasible plan."""
     pairs = dict.fromkeys((r["model"], r["preset"]) for r in plans)
@@ -315,7 +337,7 @@ def main() -> None:
     summary = summary_rows(plans)
     print_rows("Summary (geometric means over models)", summary)
     missing = missing_found(plans)
-    notes = [*NOTES, *energy_notes(plans)]
+    notes = [*NOTES, *energy_notes(plans), *search_vs_greedy(plans)]
     if missing:
         notes.append(
             f"No feasible plan found by the {args.trials}-trial search for: "

@@ -220,24 +220,29 @@ def test_bench_optimizer_large_rows_on_a_small_encoder() -> None:
 # ---- exp_search_quality -------------------------------------------------------------------
 def test_search_quality_curves_and_tables() -> None:
     exp = _load("exp_search_quality")
-    curves, optimum = exp.run([("lenet5", None)], ["random"], [0, 1], trials=6)
-    assert [c.seed for c in curves] == [0, 1]
+    curves, refs = exp.run([("lenet5", None)], ["random"], [0, 1], trials=6, presets=["sram_edge"])
+    assert [(c.seed, c.preset) for c in curves] == [(0, "sram_edge"), (1, "sram_edge")]
+    ref = refs["lenet5", "sram_edge"]
+    assert ref.compulsory_bound <= ref.capacity_bound <= ref.optimum <= ref.capped12
     for c in curves:
         assert len(c.best_bytes) == 6
         values = [v for v in c.best_bytes if v is not None]
         assert values == sorted(values, reverse=True)  # best-so-far never rises
-        assert min(values) >= optimum["lenet5"]
-    rows = exp.run_rows(curves, optimum)
-    assert {"trials_to_1pct", "best_over_optimum"} <= set(rows[0])
-    # lenet5: greedy (trial 1) is already optimal on ISAAC
+        assert min(values) >= ref.optimum
+    rows = exp.run_rows(curves, refs)
+    assert {"trials_to_1pct", "best_over_optimum", "best_over_capped12"} <= set(rows[0])
+    # lenet5: greedy (trial 1) is one group, already optimal on sram_edge
     assert all(r["trials_to_1pct"] == 1 and r["best_over_optimum"] == 1.0 for r in rows)
+    assert all(r["best_over_capacity_bound"] >= 1.0 for r in rows)
     medians = exp.median_rows(rows)
     assert len(medians) == 1 and medians[0]["runs_within_1pct"] == 2
+    assert medians[0]["preset"] == "sram_edge"
+    assert len(exp.start_notes(curves, refs)) == 1
 
 
 def test_trials_to_within_counts_from_one() -> None:
     exp = _load("exp_search_quality")
-    curve = exp.Curve("m", "random", 0, (None, 120, 101, 100), 0.0)
+    curve = exp.Curve("m", "isaac_reram", "random", 0, (None, 120, 101, 100), 0.0)
     assert exp.trials_to_within(curve, 100.0) == 3
     assert exp.trials_to_within(curve, 100.0, within=0.0) == 4
     assert exp.trials_to_within(curve, 50.0) is None
