@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
                    metavar="unfused|tvm_like|greedy|optimal|PLAN.json",
                    help="a baseline plan, the proven-optimal traffic plan on --hw, or a plan "
                    "JSON file (default greedy: maximal fusion that fits --hw)")  # fmt: skip
-    p.add_argument("--hw", default=None, metavar="PRESET|FILE",
+    p.add_argument("--hw", "--hardware", dest="hw", default=None, metavar="PRESET|FILE",
                    help="hardware preset name or YAML file (default isaac_reram)")  # fmt: skip
     p.add_argument("--verify", action="store_true",
                    help="execute the plan; compare outputs and byte counts")  # fmt: skip
@@ -134,7 +134,8 @@ def _text(report: dict[str, Any], m: Any) -> str:
         f"model {report['model']}  plan {report['plan']} ({report['plan_hash']}, "
         f"{t['n_groups']} groups)  hardware {report['hardware']} ({t['hw_hash']})",
         f"traffic      {t['traffic_bytes']:>16,} B  (activations read {t['act_read_bytes']:,} B, "
-        f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B)",
+        f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B"
+        + (f", re-read by tiles {t['reload_bytes']:,} B)" if t["reload_bytes"] else ")"),
         f"lower bound  {t['lower_bound_bytes']:>16,} B  (traffic is "
         f"{report['traffic_over_lower_bound']:.3f}x the bound)",
         f"energy       {t['energy_pj'] / 1e6:>16,.3f} uJ (DRAM {t['dram_pj'] / 1e6:.3f}, buffer "

@@ -6,7 +6,9 @@ The evaluation reads as a short list of stages, per group:
    itself (graph inputs included) plus bytes of each tensor it produces that is consumed
    outside it or is a graph output (unused optional outputs cost nothing);
    ``act_bytes = ceil(act_bits / 8)`` per element. Weights are programmed from DRAM once
-   per inference (``weight_load_bytes``) unless ``hw.weights_resident``.
+   per inference (``weight_load_bytes``) unless ``hw.weights_resident``. With
+   ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
+   schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel._weight_reload`).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
@@ -16,17 +18,22 @@ The evaluation reads as a short list of stages, per group:
    row of every column tile is driven once (DAC drives).
 3. **on-chip buffer accesses** — DMA staging of every DRAM byte, each LINEAR op reading one
    input vector of ``rows`` elements per product and writing its output, every other
-   non-LAYOUT op reading its inputs and writing its output once. AFFINE ops folded into a
-   LINEAR op's weights (and LAYOUT views) cost nothing.
+   non-LAYOUT op reading its inputs and writing its output once; with ``hw.psum_bits`` and
+   ``hw.array_units``, the partial sums of row tiles that take turns
+   (:func:`fusiontune.sim.groupmodel._psum_elems`). AFFINE ops folded into a LINEAR op's
+   weights (and LAYOUT views) cost nothing.
 4. **energy** — DRAM bytes x 8 x E_dram + buffer bytes x 8 x E_buf + cell ops x E_cell +
    conversions x E_adc + drives x E_dac + (shift-adds x E_shift_add + element ops x E_alu)
    + programmed cells x E_program (only when weights are not resident).
-5. **cycles** — ``max(compute, memory)`` (double buffering). A LINEAR stage takes
+5. **cycles** — ``max(compute, memory)`` (double buffering; ``compute + memory`` when
+   ``hw.overlap_memory_compute`` is False). A LINEAR stage takes
    ``vectors x input_slices x slice_cycles`` (``slice_cycles``: the crossbar read or the
-   ADCs shared by ``cols_per_adc`` columns, the slower); element ops run on
+   ADCs shared by ``cols_per_adc`` columns, the slower), times ``ceil(tiles / array_units)``
+   when its crossbar tiles take turns on ``hw.array_units`` arrays; element ops run on
    ``digital_ops_per_cycle`` lanes alongside. A group runs at the pace of its slowest stage
    plus the pipeline fill of a ``stream`` group: each stage but the last must first produce
-   ``k0`` of its ``out_rows`` rows for the next stage's window.
+   ``k0`` of its ``out_rows`` rows for the next stage's window. Stages that share the arrays
+   (their tiles together exceed ``array_units``) run one after the other instead.
 6. **capacity** (rule 7) — line buffers, held and skip tensors must fit ``buffer_bytes``;
    resident weights of the whole plan must fit ``n_crossbars``; with weights loaded per
    inference a single matrix is time-multiplexed over the crossbars, but the stages of a
@@ -76,6 +83,7 @@ class CostFields:
     act_read_bytes: int
     act_write_bytes: int
     weight_load_bytes: int
+    reload_bytes: int
     act_traffic_bytes: int
     traffic_bytes: int
     dram_read_bytes: int

@@ -48,10 +48,14 @@ from fusiontune.sim.needs import (
 
 BITS_PER_BYTE = 8
 MAX_MODELS = 32  # (graph, hardware) models kept alive at once
+# Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
+# activation precision (ZigZag 3.9.1, parser/onnx/onnx_operator_parser.py: intermediate output
+# precision = 2 x activation bits).
+PSUM_BITS_PER_ACT_BIT = 2
 
 # additive integer counts and additive float energies, in this order in a group's vector
 INT_FIELDS = (
-    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "act_traffic_bytes",
+    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "reload_bytes", "act_traffic_bytes",
     "traffic_bytes", "dram_read_bytes", "dram_write_bytes", "buffer_access_bytes",
     "macs", "cell_ops", "adc_conversions", "dac_drives", "digital_ops", "programmed_cells",
     "compute_cycles", "memory_cycles", "cycles",
@@ -220,6 +224,7 @@ class _Linear(NamedTuple):
     vector_reads: int
     stage_cycles: int
     out_rows: int
+    psum_elems: int
 
 
 def _map_matrix(m: WeightMatrix, hw: HardwareConfig) -> _Linear:
@@ -228,8 +233,9 @@ def _map_matrix(m: WeightMatrix, hw: HardwareConfig) -> _Linear:
     phys_cols = m.cols * ws
     row_tiles = math.ceil(m.rows / hw.crossbar_rows)
     col_tiles = math.ceil(phys_cols / hw.crossbar_cols)
+    crossbars = row_tiles * col_tiles * m.count
     return _Linear(
-        crossbars=row_tiles * col_tiles * m.count,
+        crossbars=crossbars,
         cell_ops=m.vectors * ins * m.rows * phys_cols * m.count,
         conversions=m.vectors * ins * row_tiles * phys_cols * m.count,
         drives=m.vectors * ins * m.rows * col_tiles * m.count,
@@ -237,9 +243,63 @@ def _map_matrix(m: WeightMatrix, hw: HardwareConfig) -> _Linear:
         weight_bytes=hw.weight_bytes(m.n_weights),
         macs=m.macs,
         vector_reads=m.vectors * m.rows * m.count,
-        stage_cycles=m.vectors * ins * hw.slice_cycles,
+        stage_cycles=m.vectors * ins * hw.slice_cycles * _array_turns(crossbars, hw),
         out_rows=m.out_rows,
+        psum_elems=_psum_elems(m, row_tiles, hw),
     )
+
+
+def _array_turns(tiles: int, hw: HardwareConfig) -> int:
+    """Turns a matrix's crossbar tiles take on ``hw.array_units`` arrays (1: all at once)."""
+    return math.ceil(tiles / hw.array_units) if hw.array_units else 1
+
+
+def _psum_elems(m: WeightMatrix, row_tiles: int, hw: HardwareConfig) -> int:
+    """Partial-sum element accesses of the buffer between the turns of ``m``'s row tiles.
+
+    With ``hw.psum_bits`` and ``hw.array_units`` set: ``array_units`` row tiles of a column
+    tile compute at once, so each output element takes ``ceil(row_tiles / array_units)``
+    turns and its partial sum is written to the buffer and read back once per extra turn.
+    """
+    if not hw.psum_bits or not hw.array_units:
+        return 0
+    extra_turns = math.ceil(row_tiles / hw.array_units) - 1
+    return 2 * extra_turns * m.vectors * m.cols * m.count
+
+
+def _weight_reload(
+    m: WeightMatrix, hw: HardwareConfig, input_bytes: int, crossbars: int
+) -> tuple[int, int, int]:
+    """DRAM re-reads of a tiled schedule: ``(weight bytes, input bytes, weight loads)``.
+
+    Only with ``hw.weight_reload``, weights not resident and a group of one matrix ``m``
+    needing more than ``n_crossbars`` crossbars (otherwise ``(0, 0, 1)``). The output is cut
+    into ``t_s`` spatial tiles and ``t_k`` output-channel chunks so that a tile's input
+    (``input_bytes / t_s``, halo ignored) and its partial sums (``psum_bits`` per output
+    element, else ``PSUM_BITS_PER_ACT_BIT`` x ``act_bits``; split over ``t_s`` x ``t_k``)
+    fit ``buffer_bytes``; every spatial tile re-loads the weights and every chunk re-reads
+    the tile's input. The cheapest ``(t_s, t_k)`` is taken, as a mapper would; when not even
+    one output vector fits, every vector re-loads the weights.
+    """
+    if not hw.weight_reload or hw.weights_resident or crossbars <= hw.n_crossbars:
+        return 0, 0, 1
+    w_bytes = hw.weight_bytes(m.n_weights)
+    chunks = m.cols * m.count
+    psum_bits = hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits
+    psum_bytes = m.vectors * chunks * math.ceil(psum_bits / BITS_PER_BYTE)
+    best = (math.inf, m.vectors, chunks)
+    for t_s in range(1, m.vectors + 1):
+        if (t_s - 1) * w_bytes >= best[0]:
+            break
+        room = hw.buffer_bytes - input_bytes / t_s
+        if room <= 0:
+            continue
+        t_k = max(1, math.ceil(psum_bytes / t_s / room))
+        extra = (t_s - 1) * w_bytes + (t_k - 1) * input_bytes
+        if t_k <= chunks and extra < best[0]:
+            best = (extra, t_s, t_k)
+    _, t_s, t_k = best
+    return (t_s - 1) * w_bytes, (t_k - 1) * input_bytes, t_s
 
 
 class _Context(NamedTuple):
@@ -314,6 +374,9 @@ class GroupModel:
         self.hw = hw
         self.st = _structure(graph)
         self.lin = {i: _map_matrix(m, hw) for i, m in enumerate(self.st.matrix) if m is not None}
+        # optional terms of the hardware (array_units, psum_bits, weight_reload) need the
+        # group's matrices at the end; off by default, so the default path never lists them
+        self._extra = bool(hw.array_units or hw.psum_bits or hw.weight_reload)
         self._base = -1
         self._ctx: dict[int, _Context] = {}
 
@@ -447,9 +510,14 @@ class GroupModel:
         crossbars, cell_ops, conversions, drives = s.crossbars, s.cell_ops, s.conversions, s.drives
         programmed, weight_bytes, macs = s.programmed, s.weight_bytes, s.macs
         max_stage, fill, n_matrices = s.max_stage, s.fill, s.n_linear
+        members = [self.lin[i] for i in bits(group_mask) if i in self.lin] if self._extra else []
+        matrix = None
+        if n_matrices == 1 and self._extra:
+            matrix = next(self.st.matrix[i] for i in bits(group_mask) if i in self.lin)
         if mode is Mode.MERGE and s.n_linear >= 2:
             merged, last = self._merged(group_mask)
             lin = _map_matrix(merged, hw)
+            members, matrix = [lin], merged
             crossbars, cell_ops, conversions = lin.crossbars, lin.cell_ops, lin.conversions
             drives, programmed, weight_bytes = lin.drives, lin.programmed, lin.weight_bytes
             macs, max_stage, fill, n_matrices = lin.macs, lin.stage_cycles, 0, 1
@@ -461,9 +529,18 @@ class GroupModel:
         act_read, act_write = s.read_elems * ab, s.write_elems * ab
         weight_load = 0 if hw.weights_resident else weight_bytes
         programmed = 0 if hw.weights_resident else programmed
+        reload_weights = reload_inputs = psum_bytes = 0
+        if matrix is not None:
+            reload_weights, reload_inputs, loads = _weight_reload(matrix, hw, act_read, crossbars)
+            programmed *= loads
+        reload = reload_weights + reload_inputs
+        if members and hw.psum_bits:
+            psum_elems = sum(m.psum_elems for m in members)
+            psum_bytes = psum_elems * math.ceil(hw.psum_bits / BITS_PER_BYTE)
         digital = s.digital + lin_digital
         buffer_access = (s.buffer_elems + lin_buffer) * ab + act_read + act_write
-        dram_bytes = act_read + act_write + weight_load
+        buffer_access += reload_inputs + psum_bytes
+        dram_bytes = act_read + act_write + weight_load + reload
         dram_pj = dram_bytes * BITS_PER_BYTE * hw.dram_pj_per_bit
         buffer_pj = buffer_access * BITS_PER_BYTE * hw.buffer_pj_per_bit
         cell_pj = cell_ops * hw.cell_op_pj
@@ -474,13 +551,16 @@ class GroupModel:
         energy = dram_pj + buffer_pj + cell_pj + adc_pj + dac_pj + digital_pj + program_pj
         digital_cycles = math.ceil(digital / hw.digital_ops_per_cycle)
         compute = max(max_stage, digital_cycles) + fill
+        if hw.array_units and n_matrices > 1 and crossbars > hw.array_units:
+            compute = max(sum(m.stage_cycles for m in members), digital_cycles)  # stages share
         memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
-        cycles = max(compute, memory)
+        cycles = max(compute, memory) if hw.overlap_memory_compute else compute + memory
         buffer_needed = (s.line_elems + s.held_elems + s.skip_elems) * ab
         over_crossbars = crossbars > hw.n_crossbars and (hw.weights_resident or n_matrices > 1)
         values = (
-            act_read, act_write, weight_load, act_read + act_write, dram_bytes,
-            act_read + weight_load, act_write, buffer_access, macs, cell_ops, conversions, drives,
+            act_read, act_write, weight_load, reload, act_read + act_write, dram_bytes,
+            act_read + weight_load + reload, act_write, buffer_access, macs, cell_ops,
+            conversions, drives,
             digital, programmed, compute, memory, cycles,
             dram_pj, buffer_pj, cell_pj, adc_pj, dac_pj, digital_pj, program_pj, energy,
         )  # fmt: skip
