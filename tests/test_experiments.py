@@ -238,6 +238,7 @@ def test_search_quality_curves_and_tables() -> None:
     assert len(medians) == 1 and medians[0]["runs_within_1pct"] == 2
     assert medians[0]["preset"] == "sram_edge"
     assert len(exp.start_notes(curves, refs)) == 1
+    assert "does not separate the samplers" in exp.reading(medians)[0]
 
 
 def test_trials_to_within_counts_from_one() -> None:
