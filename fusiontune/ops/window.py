@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -56,7 +57,7 @@ class Window:
     pads_end: Shape
     out_spatial: Shape
 
-    @property
+    @cached_property
     def effective(self) -> Shape:
         """Extent of the dilated kernel on each axis."""
         return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, self.dilations))

@@ -246,7 +246,7 @@ class _Search:
         labels: dict[int, list[_Label]] = {0: [_Label(0.0, 0.0, 0, -1, -1, 0, Mode.SINGLE)]}
         buckets: dict[int, list[int]] = {0: [0]}
         expanded: set[int] = set()
-        best: tuple[float, float] = (math.inf, math.inf)
+        best: tuple[float, float] = self._incumbent()
         n_groups = 0
         timed_out = False
         if full == 0:
@@ -267,6 +267,7 @@ class _Search:
                     for mode, totals in zip(t.modes, t.payloads):
                         if totals is None:
                             continue
+                        undecided = totals.over_buffer is None
                         n_groups += 1
                         pc = totals.values[self.p]
                         sc = totals.values[self.s]
@@ -279,8 +280,12 @@ class _Search:
                                           ideal, k, t.mask, mode)  # fmt: skip
                             if self.resident and cand.crossbars > n_crossbars:
                                 continue
-                            if cand.primary + rest > best[0]:
+                            if cand.primary + rest > best[0] or _dominated(labels, nxt, cand):
                                 continue
+                            if undecided:  # replay the group's schedule only now
+                                if not model.fits(t.mask, mode):
+                                    break
+                                undecided = False
                             if _insert(labels, buckets, nxt, cand) and nxt == full:
                                 best = min(best, (cand.primary, cand.secondary))
             if timed_out:
@@ -308,6 +313,17 @@ class _Search:
             plan, value = self._greedy()
         return self._result(plan, value, bound, False, start, "time_limit", len(expanded),
                             n_groups)  # fmt: skip
+
+    def _incumbent(self) -> tuple[float, float]:
+        """(cost, secondary) of the hardware-aware greedy plan when it fits: a first bound
+        that prunes the search (the optimum is never worse)."""
+        plan, value = self._greedy()
+        if plan is None or value is None:
+            return (math.inf, math.inf)
+        from fusiontune.sim.cost import simulate
+
+        metrics = simulate(self.graph, plan, self.hw)
+        return (value, float(getattr(metrics, TIE_BREAK[self.metric])))
 
     def _greedy(self) -> tuple[Plan | None, float | None]:
         from fusiontune.planner.baselines import greedy_plan
@@ -362,6 +378,15 @@ class _Search:
             n_ideals=n_ideals,
             n_groups=n_groups,
         )
+
+
+def _dominated(labels: dict[int, list[_Label]], ideal: int, cand: _Label) -> bool:
+    """An existing label of ``ideal`` is at least as good on cost and crossbars."""
+    key = (cand.primary, cand.secondary)
+    return any(
+        (lb.primary, lb.secondary) <= key and lb.crossbars <= cand.crossbars
+        for lb in labels.get(ideal, ())
+    )
 
 
 def _insert(

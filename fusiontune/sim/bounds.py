@@ -32,6 +32,7 @@ from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.lattice import _static
 from fusiontune.planner.plan import Mode
+from fusiontune.sim.capacity import cascade_elems
 from fusiontune.sim.groupmodel import GroupModel, group_model
 from fusiontune.sim.hardware import HardwareConfig
 
@@ -98,7 +99,7 @@ def _possible(
     else:
         totals = model.evaluate(bits(hull), Mode.STREAM, exact_buffer=False)
         hw = model.hw
-        if _moment_lb(model, hull) * hw.act_bytes > hw.buffer_bytes:
+        if max(_moment_lb(model, hull), _cascade_lb(model, hull)) * hw.act_bytes > hw.buffer_bytes:
             ok = False
         elif totals.crossbars_needed > hw.n_crossbars and _no_merge(model, hull):
             ok = hw.weights_resident is False and totals.n_matrices < 2
@@ -109,6 +110,12 @@ def _possible(
 def _moment_lb(model: GroupModel, hull: int) -> int:
     """The largest moment one member op needs on its own (a bound no superset goes below)."""
     return max((model.st.cap_lb[i] for i in bits(hull)), default=0)
+
+
+def _cascade_lb(model: GroupModel, hull: int) -> int:
+    """The largest cascade moment of a window op of ``hull`` (:func:`cascade_elems`)."""
+    inside = set(bits(hull))
+    return max((cascade_elems(model.graph, v, inside.__contains__) for v in inside), default=0)
 
 
 def _no_merge(model: GroupModel, hull: int) -> bool:

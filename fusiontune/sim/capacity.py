@@ -11,7 +11,8 @@ following only row counters. The schedule, one row per step (the least-buffer sc
    row), recursively, in input order; a tensor in DRAM is fetched row by row. The new output
    row is allocated, then every input row the producer will not read again is released once
    no other reader in the group needs it. A stored row goes to DRAM at once; a row nobody in
-   the group reads is released right after.
+   the group reads is released right after. A non-overlapping pool allocates its output row
+   first and folds its input rows in one at a time, releasing each.
 3. A ``WHOLE`` op pulls every input row first and allocates its whole outputs; a ``REDUCE``
    op (global pool) folds rows into an ``N x C`` accumulator as they arrive.
 4. Finally the rows of DRAM inputs nobody needed stream through (a group reads its inputs in
@@ -25,11 +26,12 @@ each other on many plans. Results are in elements (hardware-free) and cached per
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Group
-from fusiontune.sim.rows import RowKind, RowMap, height, row_elems
+from fusiontune.sim.rows import RowKind, RowMap, height, row_elems, row_map
 
 MAX_CACHED_GROUPS = 65536
 
@@ -49,11 +51,16 @@ class Peak:
     whole_elems: int
     accumulator_elems: int
     tensor: str
+    exact: bool = True  # False: the replay stopped once past a limit; ``elems`` is a bound
 
     @property
     def stream_elems(self) -> int:
         """Rows of streamed tensors (line buffers, staged DRAM rows) at the peak."""
         return self.elems - self.whole_elems - self.accumulator_elems
+
+
+class _PastLimit(Exception):
+    """The replay went past its limit: the group does not fit; the rest is not needed."""
 
 
 class _Tensor:
@@ -69,10 +76,17 @@ class _Tensor:
 class _Replay:
     """One group's schedule on counters (module docstring)."""
 
-    def __init__(self, graph: Graph, nodes: list, stored: list[str]) -> None:  # type: ignore[type-arg]
+    def __init__(
+        self,
+        graph: Graph,
+        nodes: list,  # type: ignore[type-arg]
+        stored: list[str],
+        limit: int | None = None,
+    ) -> None:
         from fusiontune.sim.runner import node_row_map
 
         self.graph = graph
+        self.limit = limit
         self.used = self.peak = self.whole = self.acc = 0
         self.at_peak = (0, 0, "")
         self.maps: dict[str, RowMap] = {n.name: node_row_map(graph, n) for n in nodes}
@@ -98,6 +112,8 @@ class _Replay:
         if self.used > self.peak:
             self.peak = self.used
             self.at_peak = (self.whole, self.acc, tensor)
+            if self.limit is not None and self.peak > self.limit:
+                raise _PastLimit
 
     def _add_rows(self, t: _Tensor, rows: int) -> None:
         t.hi += rows
@@ -149,6 +165,19 @@ class _Replay:
 
     def _step(self, node: object, rm: RowMap, out: _Tensor, a: int) -> None:
         """Output row ``a`` of a POINT or WINDOW node."""
+        if rm.accumulate:
+            assert rm.window is not None
+            x = self.ts[node.inputs[0]]  # type: ignore[attr-defined]
+            k = rm.window.strides[0]
+            self._grow(out.row, out.name)  # the partial output row
+            for j in range(a * k, a * k + k):
+                self.pull(x, j + 1)
+                x.readers[node.name] = j + 1  # type: ignore[attr-defined]
+                self._settle(x)
+            self.used -= out.row  # it becomes the output row
+            self._add_rows(out, 1)
+            self._settle(out)
+            return
         lows: list[tuple[_Tensor, int]] = []
         for k, name in enumerate(node.inputs):  # type: ignore[attr-defined]
             t = self.ts.get(name) if name else None
@@ -201,21 +230,91 @@ class _Replay:
 _CACHE: OrderedDict[tuple[str, tuple[tuple[str, ...], str]], Peak] = OrderedDict()
 
 
-def group_peak(graph: Graph, group: Group) -> Peak:
-    """The peak on-chip elements of ``group`` under the one-row schedule (cached)."""
+def group_peak(graph: Graph, group: Group, limit: int | None = None) -> Peak:
+    """The peak on-chip elements of ``group`` under the one-row schedule (cached).
+
+    With ``limit``, the replay may stop as soon as the occupancy passes it: the answer is
+    then not exact (``Peak.exact`` is False) and ``elems`` is only known to exceed ``limit``.
+    """
     key = (graph.structural_hash, group.key)
     hit = _CACHE.get(key)
-    if hit is None:
-        from fusiontune.sim.execute import group_structure, stored_tensors
+    if hit is not None and (hit.exact or (limit is not None and hit.elems > limit)):
+        return hit
+    from fusiontune.sim.execute import group_structure, stored_tensors
 
-        nodes = group_structure(graph, group)
-        hit = _Replay(graph, nodes, stored_tensors(graph, group)).run()
-        _CACHE[key] = hit
-        while len(_CACHE) > MAX_CACHED_GROUPS:
-            _CACHE.popitem(last=False)
+    replay = _Replay(graph, group_structure(graph, group), stored_tensors(graph, group), limit)
+    try:
+        hit = replay.run()
+    except _PastLimit:
+        whole, acc, tensor = replay.at_peak
+        hit = Peak(replay.peak, whole, acc, tensor, exact=False)
+    _CACHE[key] = hit
+    while len(_CACHE) > MAX_CACHED_GROUPS:
+        _CACHE.popitem(last=False)
     return hit
 
 
 def clear_cache() -> None:
     """Forget every replayed group."""
     _CACHE.clear()
+
+
+# ---- a moment every schedule goes through (lower bounds for pruning) ------------------------
+def cascade_elems(graph: Graph, v: int, inside: Callable[[int], bool]) -> int:
+    """Elements on chip at one moment of every schedule of a group holding op ``v`` and the
+    ops ``inside`` accepts (0 unless ``v`` is a sliding window).
+
+    The moment: ``v`` computes its middle output row; the row pulls the top row of its window
+    from its producer, which pulls in turn, up a chain of window ops (through point-wise ops)
+    of the group. When the deepest op of the chain computes, every window op below it still
+    holds the rows of its window other than the one being made (an accumulating pool: its
+    partial output row), and the computing op holds its whole window and its new output row.
+    Only tensors read by exactly one op in the whole graph are followed (no other reader can
+    have pulled them ahead), only window ops count rows (never folded, merged or run as an
+    epilogue, their tensors exist in every group), and a step up is taken only when the row
+    pulled lies inside its tensor. The value grows with the group (more of the chain inside),
+    so it prunes soundly.
+    """
+    op = graph.ops[v]
+    if row_map(graph, op).kind is not RowKind.WINDOW:
+        return 0
+    return _climb(graph, inside, v, height(graph, op.outputs[0]) // 2, 0)
+
+
+def _climb(graph: Graph, inside: Callable[[int], bool], v: int, j: int, below: int) -> int:
+    op = graph.ops[v]
+    rm = row_map(graph, op)
+    if rm.kind is not RowKind.WINDOW or rm.window is None:
+        return below
+    x = graph.activation_inputs(op)[0]
+    h, row_x = height(graph, x), row_elems(graph, x)
+    out_row = row_elems(graph, op.outputs[0])
+    if rm.accumulate:
+        lo = top = j * rm.window.strides[0]  # the row being folded in
+        here = below + row_x + out_row
+        rest = below + out_row  # the partial output row waits for the pulled row
+    else:
+        lo, end = rm.window.input_rows(j, j + 1)
+        top = end - 1
+        here = below + (min(top, h - 1) - max(lo, 0) + 1) * row_x + out_row
+        rest = below + (top - max(lo, 0)) * row_x
+    u = _single_producer(graph, x)
+    if u is None or not inside(u) or not 0 <= top <= h - 1 or lo < 0:
+        return here
+    while row_map(graph, graph.ops[u]).kind is RowKind.POINT:  # point-wise ops count nothing
+        ys = graph.activation_inputs(graph.ops[u])
+        if len(ys) != 1:
+            return here
+        nxt = _single_producer(graph, ys[0])
+        if nxt is None or not inside(nxt):
+            return here
+        u = nxt
+    return max(here, _climb(graph, inside, u, top, rest))
+
+
+def _single_producer(graph: Graph, tensor: str) -> int | None:
+    """The op making ``tensor`` when it is that op's only use (one reader, not an output)."""
+    name = graph.producer_map.get(tensor)
+    if name is None or tensor in graph.outputs or len(graph.consumer_map.get(tensor, ())) != 1:
+        return None
+    return graph.op_index[name]

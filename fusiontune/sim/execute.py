@@ -45,12 +45,11 @@ from fusiontune.ops.linear import (
 )
 from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.runner import Dram, GroupRunner, GroupStats
+from fusiontune.sim.rows import RowKind, row_map
+from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, node_row_map
 
 BAND_ELEMS_TARGET = 16384  # elements per band of each tensor: keeps im2col bands in L2
 NUMERICS = ("float", "cim")
-_SINK = "__sink__"  # consumer id of the band driver
-ROW_AXIS = 2  # bands run over H of NCHW
 
 
 class ExecutionInputError(FusiontuneError):
@@ -120,8 +119,11 @@ class Node:
         inputs: tensor names it reads (activation inputs; all op inputs for an op).
         outputs: tensor names it produces.
         linear: weights for a LINEAR step (folded/merged), else ``None``.
-        banded: runs by bands of NCHW output rows.
+        banded: runs by bands of rows (its row map is POINT or WINDOW, ``sim/rows.py``).
         folded: names of the ops folded or merged into this step.
+        epilogue: element-wise ops applied to each band of the step's output as it is
+            computed (ReLU after a conv, a normalization over the last axis, ...): their
+            inputs never exist on their own (DESIGN §4 P1).
     """
 
     name: str
@@ -131,6 +133,7 @@ class Node:
     linear: LinearParams | None = None
     banded: bool = False
     folded: tuple[str, ...] = ()
+    epilogue: tuple[Op, ...] = ()
 
 
 def stored_tensors(graph: Graph, group: Group) -> list[str]:
@@ -256,6 +259,32 @@ def _merge_chain(graph: Graph, group: Group, weights: bool = True) -> tuple[Node
     return node, chain
 
 
+_PARAMS: dict[tuple[int, str, bool], LinearParams] = {}
+_COEFFS: dict[tuple[int, str, int], tuple[np.ndarray, np.ndarray] | None] = {}
+PARAMS_CACHE_MAX = 4096  # per-op weights and fold coefficients kept between compiles
+
+
+def _params(graph: Graph, op: Op, as_matrix: bool = False) -> LinearParams:
+    """:func:`linear_params` of one op, cached (a search compiles the same ops many times)."""
+    key = (id(graph), op.name, as_matrix)
+    hit = _PARAMS.get(key)
+    if hit is None or hit.source_op is not op:
+        if len(_PARAMS) >= PARAMS_CACHE_MAX:
+            _PARAMS.clear()
+        hit = _PARAMS[key] = linear_params(graph, op, as_matrix=as_matrix)
+    return hit
+
+
+def _coeffs(graph: Graph, op: Op, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`affine_coeffs` of one op on one axis, cached."""
+    key = (id(graph), op.name, axis)
+    if key not in _COEFFS:
+        if len(_COEFFS) >= PARAMS_CACHE_MAX:
+            _COEFFS.clear()
+        _COEFFS[key] = affine_coeffs(graph, op, axis)
+    return _COEFFS[key]
+
+
 def _fold_affine(graph: Graph, inside: set[str], node: Node, weights: bool = True) -> Node:
     """Fold following single-consumer AFFINE ops into a LINEAR node's weights (with
     ``weights=False``: decide which, leave the weights as they are)."""
@@ -266,7 +295,7 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node, weights: bool = Tru
         if nxt is None or nxt.op_class is not OpClass.AFFINE:
             break
         axis = 1 if p.kind == "conv" else p.out_axis
-        coeffs = affine_coeffs(graph, nxt, axis)
+        coeffs = _coeffs(graph, nxt, axis)
         if coeffs is None:
             break
         if weights:
@@ -274,38 +303,6 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node, weights: bool = Tru
         out = nxt.output
         folded.append(nxt.name)
     return Node(node.name, node.op, node.inputs, (out,), p, node.banded, tuple(folded))
-
-
-_ROW_LOCAL_CLASSES = frozenset({OpClass.AFFINE, OpClass.ELEMWISE, OpClass.BINARY})
-
-
-def _used(graph: Graph, tensor: str) -> bool:
-    return bool(tensor) and (tensor in graph.outputs or bool(graph.consumer_map.get(tensor)))
-
-
-def _row_local(graph: Graph, node: Node) -> bool:
-    """Whether a node can run by bands of NCHW output rows."""
-    out_shape = graph.tensors[node.outputs[0]].shape
-    if len(out_shape) != 4:
-        return False
-    if node.linear is not None:
-        return node.linear.kind == "conv"
-    op = node.op
-    assert op is not None
-    if any(_used(graph, t) for t in op.outputs[1:]):
-        return False
-    if def_of(op).band is not None:
-        return True
-    if op.op_class not in _ROW_LOCAL_CLASSES:
-        return False
-    for t in op.inputs:
-        if not t:
-            continue
-        shape = graph.tensors[t].shape
-        aligned = (1,) * (4 - len(shape)) + shape if len(shape) <= 4 else None
-        if aligned is None or aligned[ROW_AXIS] not in (1, out_shape[ROW_AXIS]):
-            return False
-    return True
 
 
 _COMPILED: dict[tuple[str, tuple[tuple[str, ...], str]], list[Node]] = {}
@@ -362,7 +359,7 @@ def _compile_group(graph: Graph, group: Group, weights: bool = True) -> list[Nod
                 continue
         elif op.op_class is OpClass.LINEAR:
             try:
-                params = linear_params(graph, op)
+                params = _params(graph, op)
                 node = Node(op.name, op, (op.inputs[0],), (op.output,), params)
             except IllegalPlanError:  # a batched MatMul weight: run the op as it is
                 node = Node(op.name, op, op.inputs, op.outputs)
@@ -372,11 +369,36 @@ def _compile_group(graph: Graph, group: Group, weights: bool = True) -> list[Nod
             node = _fold_affine(graph, inside, node, weights)
             for name in node.folded[1:]:
                 replaced[name] = None
+        node = _absorb_epilogue(graph, inside, node)
+        for ep in node.epilogue:
+            replaced[ep.name] = None
         nodes.append(node)
-    return [
-        Node(n.name, n.op, n.inputs, n.outputs, n.linear, _row_local(graph, n), n.folded)
-        for n in nodes
-    ]
+    return nodes
+
+
+_EPILOGUE_CLASSES = frozenset({OpClass.ELEMWISE, OpClass.AFFINE, OpClass.STATS})
+
+
+def _absorb_epilogue(graph: Graph, inside: set[str], node: Node) -> Node:
+    """Take the unary row-wise ops that alone read a streaming node's output as its epilogue."""
+    base = node_row_map(graph, node)
+    streaming = base.kind in (RowKind.POINT, RowKind.WINDOW)
+    if not streaming or len([t for t in node.outputs if t]) != 1:
+        return replace(node, banded=False)
+    out = node.outputs[0]
+    epilogue: list[Op] = []
+    while True:
+        nxt = _only_consumer(graph, inside, out)
+        if (
+            nxt is None
+            or nxt.op_class not in _EPILOGUE_CLASSES
+            or graph.activation_inputs(nxt) != (out,)
+            or row_map(graph, nxt).kind is not RowKind.POINT
+        ):
+            break
+        epilogue.append(nxt)
+        out = nxt.outputs[0]
+    return replace(node, outputs=(out,), banded=True, epilogue=tuple(epilogue))
 
 
 # ---- the public entry point ------------------------------------------------------------------
@@ -511,7 +533,7 @@ def execute(
     for index in group_order(graph, plan):
         group = plan.groups[index]
         nodes = compile_group(graph, group)
-        self_compared += [n.name for n in nodes if _runs_reference_kernel(n)]
+        self_compared += [name for n in nodes for name in _self_compared(n)]
         stored = stored_tensors(graph, group)
         stats = _run_group(graph, index, group, nodes, stored, dram, hw, band_rows, matmul)
         peaks.append(stats.peak_bytes)
@@ -544,8 +566,10 @@ def _run_group(
     matmul: MatmulFn,
 ) -> GroupStats:
     """Run one group; without a given band height, halve the bands until the group fits."""
-    label = f"[{group.ops[0]}]" if len(group.ops) == 1 else (
-        f"[{group.ops[0]} .. {group.ops[-1]}] ({len(group.ops)} ops)"
+    label = (
+        f"[{group.ops[0]}]"
+        if len(group.ops) == 1
+        else (f"[{group.ops[0]} .. {group.ops[-1]}] ({len(group.ops)} ops)")
     )
     elems = BAND_ELEMS_TARGET
     while True:
@@ -560,6 +584,9 @@ def _run_group(
             elems //= 2
 
 
-def _runs_reference_kernel(node: Node) -> bool:
-    """The node is one op run by its reference kernel (no fused kernel, no folded weights)."""
-    return node.linear is None and node.op is not None and not has_fused_kernel(node.op)
+def _self_compared(node: Node) -> list[str]:
+    """Ops of the node run by their own reference kernel (no fused kernel, not in weights)."""
+    out = [op.name for op in node.epilogue if not has_fused_kernel(op)]
+    if node.linear is None and node.op is not None and not has_fused_kernel(node.op):
+        out.insert(0, node.name)
+    return out

@@ -40,7 +40,7 @@ from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.plan import Group, Mode
-from fusiontune.sim.capacity import Peak, group_peak
+from fusiontune.sim.capacity import Peak, cascade_elems, group_peak
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import (
     WeightMatrix,
@@ -321,6 +321,7 @@ class _Context(NamedTuple):
     source: bool  # its output comes straight out of a LINEAR op (through folds and views)
     ups: tuple[int, ...]  # LINEAR stages feeding its output through non-LINEAR members
     start: int  # cycle at which a LINEAR stage can start (pipeline fill)
+    cascade: int  # a capacity lower bound: the op's cascade moment (capacity.cascade_elems)
 
 
 class GroupState(NamedTuple):
@@ -353,19 +354,22 @@ EMPTY = GroupState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 class GroupTotals(NamedTuple):
     """A group's additive fields (:data:`INT_FIELDS` then :data:`FLOAT_FIELDS`) and capacity.
 
-    ``over_buffer``/``over_crossbars`` say which capacity limit (rule 7) the group breaks.
+    ``over_buffer``/``over_crossbars`` say which capacity limit (rule 7) the group breaks;
+    ``over_buffer`` is ``None`` while undecided (:meth:`GroupModel.finish` leaves the replay of
+    the schedule to :meth:`GroupModel.fits`, which the optimizer calls only when it must).
     """
 
     values: tuple[float, ...]
     buffer_needed_bytes: int | None  # the peak (None: only known to fit or not to fit)
     crossbars_needed: int
     n_matrices: int
-    over_buffer: bool
+    over_buffer: bool | None
     over_crossbars: bool
     peak: Peak | None = None  # what the peak holds (elements), when replayed
 
     @property
     def feasible(self) -> bool:
+        """Not known to break a limit (an undecided buffer counts as fitting)."""
         return not (self.over_buffer or self.over_crossbars)
 
 
@@ -401,7 +405,7 @@ class GroupModel:
         if ctx is None:
             ctx = self._context(v)
         read_mask, read_elems, write_elems = state.read_mask, state.read_elems, state.write_elems
-        lb = max(state.lb_elems, st.cap_lb[v])
+        lb = max(state.lb_elems, st.cap_lb[v], ctx.cascade)
         ub = state.ub_elems + st.acc_elems[v]
         internal = ctx.internal
         for t in st.acts[v]:
@@ -458,11 +462,19 @@ class GroupModel:
         """Totals of a legal group in ``mode``; ``None`` when it breaks a capacity limit.
 
         The buffer verdict takes the cheap way where it can: fits if even every tensor held
-        whole fits, does not fit if one op's own moment does not; the schedule is replayed
-        only in between (``buffer_needed_bytes`` is then known, else ``None``).
+        whole fits, does not fit if one op's own moment does not; in between it is left
+        undecided (``over_buffer is None``) for :meth:`fits`.
         """
         totals = self.totals(state, group_mask, mode, exact_buffer=False)
         return totals if totals.feasible else None
+
+    def fits(self, group_mask: int, mode: Mode) -> bool:
+        """Whether the group's schedule stays within the buffer (replayed, stopping early)."""
+        ab, cap = self.hw.act_bytes, self.hw.buffer_bytes
+        names = self.st.graph_names
+        group = Group(tuple(names[i] for i in bits(group_mask)), mode)
+        peak = group_peak(self.graph, group, limit=cap // ab)
+        return peak.exact and peak.elems * ab <= cap
 
     # ---- whole groups --------------------------------------------------------------------------
     def evaluate(self, members: list[int], mode: Mode, exact_buffer: bool = True) -> GroupTotals:
@@ -585,14 +597,15 @@ class GroupModel:
 
     def _buffer(
         self, s: GroupState, group_mask: int, mode: Mode, exact: bool
-    ) -> tuple[int | None, Peak | None, bool]:
-        """(peak bytes or None, the replayed peak or None, over the buffer?)."""
+    ) -> tuple[int | None, Peak | None, bool | None]:
+        """(peak bytes or None, the replayed peak or None, over the buffer? (None: undecided))."""
         ab, cap = self.hw.act_bytes, self.hw.buffer_bytes
         if not exact:
             if s.ub_elems * ab <= cap:
                 return None, None, False
             if s.lb_elems * ab > cap:
                 return None, None, True
+            return None, None, None  # undecided: see fits()
         names = self.st.graph_names
         group = Group(tuple(names[i] for i in bits(group_mask)), mode)
         peak = group_peak(self.graph, group)
@@ -644,7 +657,8 @@ class GroupModel:
             ups: tuple[int, ...] = (v,)
         else:
             ups = tuple(feeding)
-        ctx = _Context(internal, folded, source, ups, start)
+        cascade = cascade_elems(self.graph, v, lambda u: not base >> u & 1)
+        ctx = _Context(internal, folded, source, ups, start, cascade)
         self._ctx[v] = ctx
         return ctx
 

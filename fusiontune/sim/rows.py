@@ -14,7 +14,9 @@ How an op's output rows depend on its input rows (:class:`RowMap`):
   reduction axes exclude the row axis); inputs broadcast along the row axis are read whole.
 - ``WINDOW``: a Conv or pooling window along the row axis: output row ``r`` reads input rows
   ``[r·s − p, r·s − p + k_eff)`` (stride ``s``, leading pad ``p``, dilated kernel height
-  ``k_eff``).
+  ``k_eff``). A max or average pool whose windows do not overlap along rows (``s == k``, no
+  padding, no partial window) *accumulates*: each input row is folded into the output row as
+  it arrives and released at once (a reuse buffer of one output row, not ``k`` input rows).
 - ``REDUCE``: a global pool: input rows are folded into an accumulator as they arrive, the
   (one-row) output exists at the end.
 - ``WHOLE``: every input row first, then the whole output at once (two-pass batch-statistics
@@ -58,11 +60,13 @@ class RowMap:
         streamed: per op input: ``True`` when it is read by rows (the data input of a window,
             row-aligned inputs of a POINT op), ``False`` when read whole (or constant/absent).
         window: the geometry of a WINDOW op.
+        accumulate: a WINDOW pool that folds input rows into its output row one at a time.
     """
 
     kind: RowKind
     streamed: tuple[bool, ...]
     window: Window | None = None
+    accumulate: bool = False
 
     def input_rows(self, a: int, b: int, height: int) -> tuple[int, int]:
         """Rows ``[lo, hi)`` of a streamed input that output rows ``[a, b)`` read."""
@@ -159,7 +163,14 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
             return whole
         shape = graph.tensors[x[0]].shape
         win = window_geometry(op, shape[2:], kernel_shape(graph, op))
-        return RowMap(RowKind.WINDOW, tuple(t == x[0] for t in op.inputs), win)
+        streamed = tuple(t == x[0] for t in op.inputs)
+        accumulate = (
+            op.op_type in ACCUMULATING_POOLS
+            and win.strides[0] == win.effective[0]
+            and win.pads_begin[0] == win.pads_end[0] == 0
+            and win.out_spatial[0] * win.strides[0] == shape[2]
+        )
+        return RowMap(RowKind.WINDOW, streamed, win, accumulate)
     axis, h_out = axes[out], height(graph, out)
     if axis is None:
         return whole
@@ -186,6 +197,8 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
 
 
 REDUCIBLE_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+ACCUMULATING_POOLS = frozenset({"MaxPool", "AveragePool"})
+"""Pools that fold non-overlapping rows into their output row (max or mean of rows)."""
 """Global pools the executor folds row by row (sum or max of rows)."""
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -285,6 +285,10 @@ class GroupRunner:
         """Compute output rows ``[a, b)`` of a POINT or WINDOW node."""
         out = node.outputs[0]  # type: ignore[attr-defined]
         out_slot = self.slots[out]
+        if rm.accumulate:
+            for r in range(a, b):
+                self._accumulate_row(node, rm, r, out_slot)
+            return
         args: list[Array | None] = []
         ranges: list[tuple[_Slot, int] | None] = []
         for i, t in enumerate(node.inputs):  # type: ignore[attr-defined]
@@ -305,7 +309,7 @@ class GroupRunner:
                 self.ensure(t, slot.height)
                 args.append(slot.get(0, slot.height))
                 ranges.append((slot, slot.height if b >= out_slot.height else 0))
-        rows = self._compute_rows(node, rm, args, a, b, out_slot)
+        rows = self._epilogue(node, self._compute_rows(node, rm, args, a, b, out_slot), a, b)
         self._append(out_slot, a, rows, "computed rows")
         if out_slot.stored:
             self.dram.write_rows(self.index, out, out_slot.axis, a, rows)
@@ -336,6 +340,58 @@ class GroupRunner:
             return matrix_rows(p, x, self.matmul)
         result = run_fused(op, args)[0]
         return np.asarray(result, dtype=DTYPE)
+
+    def _accumulate_row(self, node: object, rm: RowMap, r: int, out_slot: _Slot) -> None:
+        """Output row ``r`` of a non-overlapping pool, its input rows folded in one by one."""
+        op = node.op  # type: ignore[attr-defined]
+        assert rm.window is not None
+        x = self.slots[node.inputs[0]]  # type: ignore[attr-defined]
+        k = rm.window.strides[0]
+        one_row = replace(
+            rm.window,
+            kernel=(1, *rm.window.kernel[1:]),
+            strides=(1, *rm.window.strides[1:]),
+            dilations=(1, *rm.window.dilations[1:]),
+            out_spatial=(1, *rm.window.out_spatial[1:]),
+        )
+        band = def_of(op).band
+        assert band is not None
+        self.chip.alloc(out_slot.row_bytes, out_slot.name, "accumulated row")
+        acc: Array | None = None
+        for j in range(r * k, r * k + k):
+            self.ensure(x.name, j + 1)
+            part = band(op, x.get(j, j + 1), one_row)
+            acc = part if acc is None else (np.maximum(acc, part) if op.op_type == "MaxPool"
+                                             else acc + part)  # fmt: skip
+            x.readers[node.name] = j + 1  # type: ignore[attr-defined]
+            self._release_to_readers(x)
+        assert acc is not None
+        rows = acc if op.op_type == "MaxPool" else (acc / k).astype(DTYPE)
+        self.chip.free(out_slot.row_bytes)  # the partial row becomes the output row
+        rows = self._epilogue(node, rows, r, r + 1)
+        self._append(out_slot, r, rows, "computed rows")
+        if out_slot.stored:
+            self.dram.write_rows(self.index, out_slot.name, out_slot.axis, r, rows)
+        self._release_to_readers(out_slot)
+
+    def _epilogue(self, node: object, rows: Array, a: int, b: int) -> Array:
+        """Apply the node's element-wise epilogue ops to its fresh output rows."""
+        epilogue = node.epilogue  # type: ignore[attr-defined]
+        if not epilogue:
+            return rows
+        out_slot = self.slots[node.outputs[0]]  # type: ignore[attr-defined]
+        current = rows
+        for op in epilogue:
+            args: list[Array | None] = []
+            for t in op.inputs:
+                if not t:
+                    args.append(None)
+                elif self.graph.is_constant(t):
+                    args.append(_const_rows(self.graph, t, out_slot, a, b, RowKind.POINT))
+                else:
+                    args.append(current)
+            current = np.asarray(run_fused(op, args)[0], dtype=DTYPE)
+        return current
 
     def _run_whole(self, node: object, rm: RowMap) -> None:
         """Run a WHOLE or REDUCE node once: all input rows, then every used output."""
@@ -461,8 +517,30 @@ class GroupRunner:
 
 
 # ---- helpers -----------------------------------------------------------------------------------
+_NODE_MAPS: dict[tuple[object, ...], RowMap] = {}
+
+
 def node_row_map(graph: Graph, node: object) -> RowMap:
     """The row map of a compiled node (an op, a folded LINEAR op or a merged chain)."""
+    p: LinearParams | None = node.linear  # type: ignore[attr-defined]
+    key = (
+        id(graph),
+        node.name,  # type: ignore[attr-defined]
+        node.inputs,  # type: ignore[attr-defined]
+        None if p is None else (p.kind, p.in_axis, p.out_axis, p.bias is not None and p.bias.ndim),
+    )
+    hit = _NODE_MAPS.get(key)
+    if hit is None:
+        if len(_NODE_MAPS) >= NODE_MAPS_MAX:
+            _NODE_MAPS.clear()
+        hit = _NODE_MAPS[key] = _node_row_map(graph, node)
+    return hit
+
+
+NODE_MAPS_MAX = 65536
+
+
+def _node_row_map(graph: Graph, node: object) -> RowMap:
     p: LinearParams | None = node.linear  # type: ignore[attr-defined]
     op = node.op  # type: ignore[attr-defined]
     if p is None:
