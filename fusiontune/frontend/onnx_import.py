@@ -5,13 +5,18 @@ The pipeline, top to bottom:
 1. read and parse the file (missing, truncated or non-ONNX files give one clear error);
 2. bring the default-domain opset into the supported range (older models are converted);
 3. fix the graph inputs' shapes (dynamic dimensions need ``input_shapes``);
-4. walk the nodes in topological order: ``Constant`` nodes and initializers become constant
+4. inline model-local functions (:mod:`fusiontune.frontend.onnx_functions`), then walk the
+   nodes in topological order: ``Constant`` nodes and initializers become constant
    tensors, nodes whose inputs are all constant (and ``Shape``/``Size`` of a static tensor)
    are folded, every other node becomes an :class:`~fusiontune.ir.graph.Op` whose output
    shapes come from the op registry (:func:`~fusiontune.ops.infer_op_shapes`), or from
    ``onnx.shape_inference`` for the ops it does not know (a two-input ``Sum`` becomes the
    equivalent ``Add``, so residual sums are BINARY);
 5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
+
+:func:`load_onnx_with_plan` also reads back the plan a model exported by
+:func:`~fusiontune.frontend.plan_export.export_plan` spells: each top-level node (a group's
+function call, or a plain node) is one group of the ops it inlines to.
 
 Activations are float32: a float graph input of another dtype is rejected (no silent cast).
 """
@@ -23,15 +28,19 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from fusiontune.errors import FusiontuneError, ModelLoadError
+from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ops import KNOWN_OP_TYPES, def_of, infer_op_shapes
+
+if TYPE_CHECKING:
+    from fusiontune.planner.plan import Plan
 
 MIN_OPSET = 11
 """Oldest default-domain opset read directly; older models go through the version converter."""
@@ -71,6 +80,53 @@ def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None
     path = Path(path)
     model = _convert_opset(_read_model(path), path)
     return _Importer(model, path, dict(input_shapes or {})).run()
+
+
+def load_onnx_with_plan(
+    path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> tuple[Graph, Plan | None]:
+    """Load an ONNX model and the fusion plan it was exported with, if any.
+
+    For a model written by :func:`~fusiontune.frontend.plan_export.export_plan` (its
+    metadata holds the plan), every top-level node becomes one group: a group function's
+    call groups the ops of its body (folded and merged weights included, so a merged chain
+    is one LINEAR op now), a plain node is a group of one. Modes follow from the ops: one op
+    ``single``, two or more LINEAR ops ``stream``, otherwise ``fused``.
+
+    Returns:
+        The graph (as :func:`load_onnx` gives it) and the plan, or ``None`` for a model that
+        carries no fusiontune plan.
+
+    Raises:
+        ModelLoadError: as :func:`load_onnx`, or the groups read back are not a legal plan
+            of the graph (the file was edited after the export).
+    """
+    from fusiontune.frontend.plan_export import embedded_plan_json
+    from fusiontune.ir.opclass import OpClass
+    from fusiontune.planner.plan import Group, Mode, Plan
+
+    path = Path(path)
+    model = _convert_opset(_read_model(path), path)
+    importer = _Importer(model, path, dict(input_shapes or {}))
+    graph = importer.run()
+    if embedded_plan_json(model) is None:
+        return graph, None
+    members: dict[int, list[str]] = {}
+    for op in graph.ops:
+        members.setdefault(importer.origin[op.name], []).append(op.name)
+    groups = []
+    for names in members.values():
+        n_linear = sum(graph.op(n).op_class is OpClass.LINEAR for n in names)
+        mode = Mode.SINGLE if len(names) == 1 else Mode.STREAM if n_linear > 1 else Mode.FUSED
+        groups.append(Group(tuple(names), mode))
+    plan = Plan.of(graph, groups)
+    from fusiontune.planner.legality import check_plan
+
+    try:
+        check_plan(graph, plan, source=f"{path}: embedded plan")
+    except FusiontuneError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return graph, plan
 
 
 # ---- 1. reading ------------------------------------------------------------------------------
@@ -247,6 +303,7 @@ class _Importer:
     ops: list[Op] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     unknown: Counter[str] = field(default_factory=Counter)
+    origin: dict[str, int] = field(default_factory=dict)  # op name -> top-level node index
     _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
 
     @property
@@ -265,13 +322,14 @@ class _Importer:
         for init in graph.initializer:
             self.constants[init.name] = numpy_helper.to_array(init)
         self._read_inputs()
-        nodes = list(graph.node)
+        nodes, origin = inline_local_functions(self.model, str(self.path))
         order = _topological(nodes)
         if order is None:
             raise self.fail("the graph has a cycle")
         names = self._op_names(nodes)
         for i in order:
             self._import_node(nodes[i], names[i])
+        self.origin = {names[i]: origin[i] for i in order}
         outputs = [o.name for o in graph.output]
         for name in outputs:
             if name in self.constants:
