@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from fusiontune.errors import FusiontuneError
 
 # subcommand modules, in the order `fusiontune --help` lists them
-COMMANDS = ("models", "show", "plans", "simulate", "search", "report")
+COMMANDS = ("models", "show", "plans", "simulate", "search", "export", "report")
 
 DEBUG_ENV = "FUSIONTUNE_DEBUG"
 """Environment variable that makes an unexpected error print its traceback (read here only)."""

@@ -26,7 +26,8 @@ def register(sub: Any) -> None:
         "search",
         help="search fusion plans (and hardware knobs) with Optuna",
         description="Search the lowest-traffic legal fusion plan of a model with Optuna; "
-        "results go to <out>/<study>/ (trials.parquet, groups.parquet, best_plan.json).",
+        "results go to <out>/<study>/ (trials.parquet, groups.parquet, best_plan.json; "
+        "best_model.onnx with --export).",
     )
     p.add_argument("model", help="zoo model name or ONNX file")
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
@@ -56,6 +57,11 @@ def register(sub: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue an existing study")
     p.add_argument(
         "--verify-best", action="store_true", help="execute the best plan and check it numerically"
+    )
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="also write the best plan as a fused ONNX model, best_model.onnx (fusiontune export)",
     )
     p.add_argument("--backend", choices=("ray", "serial"), help="default: ray unless --workers 1")
     p.add_argument("--input-size", type=int, help="input resolution/width of a zoo model")
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             out=args.out,
             resume=args.resume,
             verify_best=args.verify_best,
+            export_best=args.export,
             input_size=args.input_size,
             input_shapes=parse_input_shapes(args.input_shape) if args.input_shape else None,
             on_record=progress.update,
@@ -271,7 +278,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         folder = os.path.dirname(files["trials"])
         lines.append(
             f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json"
-            + (", optimal_plan.json)" if "optimum" in summary else ")")
+            + (", optimal_plan.json" if "optimum" in summary else "")
+            + (", best_model.onnx)" if "best_model" in files else ")")
         )
         lines.append(f"  report:  fusiontune report {folder}")
     return "\n".join(lines)

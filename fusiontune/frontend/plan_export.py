@@ -231,8 +231,9 @@ def plan_to_onnx(
     out.input.extend(_value_info(graph.tensors[n]) for n in graph.inputs)
     out.output.extend(_value_info(graph.tensors[n]) for n in graph.outputs)
     boundary = {t for n in out.node for t in n.output if t} - set(graph.outputs)
-    out.value_info.extend(_value_info(graph.tensors[t]) for t in graph.activation_tensors
-                          if t in boundary)  # fmt: skip
+    out.value_info.extend(
+        _value_info(graph.tensors[t]) for t in graph.activation_tensors if t in boundary
+    )
     opsets = _opsets(opset, custom_domains)
     opsets.append(helper.make_opsetid(PLAN_DOMAIN, PLAN_DOMAIN_VERSION))
     model.opset_import.extend(opsets)
@@ -329,8 +330,15 @@ class _GroupBody:
         self.initializers[name] = np.ascontiguousarray(value)
         return name
 
-    def _node(self, op_type: str, inputs: list[str], outputs: list[str], name: str,
-              attrs: dict[str, Any] | None = None, source: Op | None = None) -> None:  # fmt: skip
+    def _node(
+        self,
+        op_type: str,
+        inputs: list[str],
+        outputs: list[str],
+        name: str,
+        attrs: dict[str, Any] | None = None,
+        source: Op | None = None,
+    ) -> None:
         from onnx import helper
 
         node = helper.make_node(op_type, inputs, outputs, name=name)

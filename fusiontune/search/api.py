@@ -107,6 +107,7 @@ def search(
     out: str | Path = "results",
     resume: bool = False,
     verify_best: bool = False,
+    export_best: bool = False,
     input_size: int | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     baselines: bool = True,
@@ -133,6 +134,8 @@ def search(
         out: parent folder of the results folder ``<out>/<study>``.
         resume: continue an existing study up to ``trials``; trials left RUNNING are failed.
         verify_best: execute the best plan with the fused kernels and record the error.
+        export_best: also write the best plan as a fused ONNX model, ``best_model.onnx``
+            (:func:`~fusiontune.frontend.plan_export.export_plan`, on the best trial's hardware).
         input_size: input resolution for zoo models.
         input_shapes: static input shapes for an ONNX file with dynamic dimensions.
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
@@ -178,7 +181,7 @@ def search(
                 run_trials(store, problem, be, remaining, on_record)
             finally:
                 be.close()
-        return _finish(problem, store, ctx, out_dir, baselines, verify_best)
+        return _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
     except KeyboardInterrupt:
         store.flush()
         _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
@@ -213,6 +216,7 @@ def _finish(
     out_dir: Path,
     baselines: bool,
     verify_best: bool,
+    export_best: bool = False,
 ) -> SearchResult:
     """Stages 4-6: baselines, tables, verification, files."""
     graph, name = problem.graph, ctx.study
@@ -249,6 +253,12 @@ def _finish(
     res.write_parquet(trials_df, out_dir / res.TRIALS_FILE)
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
     res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
+    if export_best:
+        from fusiontune.frontend.plan_export import export_plan
+
+        best_hw = res.hardware_from_json(best.hw_json)
+        export_plan(graph, best_plan, out_dir / res.BEST_MODEL_FILE, hw=best_hw)
+        summary["files"]["best_model"] = str(out_dir / res.BEST_MODEL_FILE)
     oracle = base_records.get("oracle")
     if oracle is not None:
         optimal = _plan_of(oracle.plan_json).to_json(indent=2) + "\n"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 TRIALS_FILE = "trials.parquet"
 GROUPS_FILE = "groups.parquet"
 BEST_PLAN_FILE = "best_plan.json"
+BEST_MODEL_FILE = "best_model.onnx"  # written with export_best (--export)
 OPTIMAL_PLAN_FILE = "optimal_plan.json"
 """The exact oracle's plan (additive objective, base hardware), when it ran."""
 SUMMARY_FILE = "summary.json"

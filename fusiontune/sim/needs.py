@@ -156,6 +156,52 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
     )
 
 
+@dataclass(frozen=True)
+class LineBuffer:
+    """One line buffer of a group: the rows of an in-group tensor a window keeps on chip.
+
+    Attributes:
+        tensor: the buffered tensor (produced inside the group).
+        consumer: the in-group op whose window sets the size (the largest one).
+        rows: rows held (``min(k0, S0)``); 0 for a global pool's ``N * C`` accumulator.
+        elems: activation elements held.
+    """
+
+    tensor: str
+    consumer: str
+    rows: int
+    elems: int
+
+
+def line_buffers(graph: Graph, group: Group) -> tuple[LineBuffer, ...]:
+    """The group's line buffers, one per buffered tensor (module docstring, "line buffers").
+
+    Their elements add up to :func:`group_needs`' ``line_buffer_elems`` (the group model's
+    total; ``tests/test_export.py`` checks it): this is the per-tensor breakdown a schedule
+    lists.
+    """
+    inside = set(group.ops)
+    best: dict[str, LineBuffer] = {}
+    for op in graph.subgraph_ops(group.ops):
+        window, pool = _is_window(graph, op), registry.is_global_pool(op)
+        if not (window or pool):
+            continue
+        acts = graph.activation_inputs(op)
+        for t in acts:
+            if graph.producer_map.get(t) not in inside:
+                continue
+            shape = graph.tensors[t].shape
+            if window:
+                rows = min(window_rows(graph, op), _rows(shape))
+                need = LineBuffer(t, op.name, rows, rows * _row_elems(shape))
+            else:
+                first = graph.tensors[acts[0]].shape
+                need = LineBuffer(t, op.name, 0, first[0] * first[1])
+            if t not in best or need.elems > best[t].elems:
+                best[t] = need
+    return tuple(best.values())
+
+
 def graph_names(graph: Graph) -> tuple[str, ...]:
     """Op names by topological position."""
     return tuple(op.name for op in graph.ops)
