@@ -231,10 +231,10 @@ def run(
 
 
 COLUMNS = (
-    "model", "input_size", "hardware", "plan", "ops", "groups", "exported_nodes", "functions", "ort_nodes",
-    "ort_nodes_of_export", "tvm_kernels", "tvm_source", "params_before", "params_after",
-    "params_ratio", "max_rel_err", "within_1e-5", "traffic_bytes", "roundtrip_traffic_equal",
-    "export_s", "note",
+    "model", "input_size", "hardware", "plan", "ops", "groups", "exported_nodes", "functions",
+    "ort_nodes", "ort_nodes_of_export", "tvm_kernels", "tvm_source", "params_before",
+    "params_after", "params_ratio", "max_rel_err", "within_1e-5", "traffic_bytes",
+    "roundtrip_traffic_equal", "export_s", "note",
 )  # fmt: skip
 
 
@@ -242,10 +242,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="test sizes (CNNs 32, BERT 16)")
     parser.add_argument("--models", default=None, help="comma-separated zoo models (default all)")
-    parser.add_argument("--hardware", default="isaac_ddr,sram_edge",
-                        help="comma-separated hardware presets or YAML files")  # fmt: skip
-    parser.add_argument("--tvm-python", type=Path, default=DEFAULT_TVM_PYTHON,
-                        help="Python of a venv with apache-tvm (tvm_like_plan when missing)")  # fmt: skip
+    parser.add_argument(
+        "--hardware", default="isaac_ddr,sram_edge", help="comma-separated presets or YAML files"
+    )
+    parser.add_argument(
+        "--tvm-python",
+        type=Path,
+        default=DEFAULT_TVM_PYTHON,
+        help="Python of a venv with apache-tvm (tvm_like_plan when missing)",
+    )
     args = parser.parse_args()
     models = args.models.split(",") if args.models else zoo_models()
     hws = [load_hardware(h) for h in args.hardware.split(",")]

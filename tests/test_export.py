@@ -392,5 +392,5 @@ def test_api_refuses_unknown_format_and_illegal_plans(tmp_path: Path) -> None:
                 *(Group((n,), Mode.SINGLE) for n in ("fc2.relu", "fc3"))))  # fmt: skip
     with pytest.raises(IllegalPlanError, match="plan of 'mlp_relu'"):
         plan_to_onnx(graph, bad)
-    with pytest.raises(IllegalPlanError, match="names op 'fc1.relu', not in graph 'mlp_wide'"):
+    with pytest.raises(IllegalPlanError, match=r"names op 'fc1\.relu', not in graph 'mlp_wide'"):
         export_plan(_graph("mlp_wide"), unfused_plan(graph), tmp_path / "m.onnx")

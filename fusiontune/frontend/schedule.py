@@ -136,8 +136,8 @@ def _group_entry(
     for node in compile_group(graph, group):
         source = node.op if node.linear is None else node.linear.source_op
         assert source is not None
-        unchanged = node.linear is None or (node.op is not None and len(node.folded) <= 1)
-        kind = "op" if unchanged else node.linear.kind
+        p = node.linear
+        kind = "op" if p is None or (node.op is not None and len(node.folded) <= 1) else p.kind
         kernels.append(
             {
                 "name": node.name,
