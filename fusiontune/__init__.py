@@ -31,6 +31,11 @@ _EXPORTS: dict[str, str] = {
     "load_model": "fusiontune.frontend.loader",
     "load_onnx": "fusiontune.frontend.onnx_import",
     "to_onnx": "fusiontune.frontend.onnx_export",
+    "load_onnx_with_plan": "fusiontune.frontend.onnx_import",
+    "export_plan": "fusiontune.frontend.plan_export",
+    "plan_to_onnx": "fusiontune.frontend.plan_export",
+    "ExportSummary": "fusiontune.frontend.plan_export",
+    "plan_schedule": "fusiontune.frontend.schedule",
     "zoo_models": "fusiontune.frontend.zoo",
     "reference_run": "fusiontune.reference",
     # planner

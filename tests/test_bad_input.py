@@ -268,6 +268,36 @@ def _cases() -> list[Case]:
             "choose a writable folder with --out",
             {"file.txt": "a file where a folder should be\n"},
         ),
+        Case(
+            "export-plan-missing",
+            "`export --plan` names a file that does not exist",
+            ("export", "mlp_relu", "--plan", f"{TMP}/best_plan.json", "-o", f"{TMP}/m.onnx"),
+            "best_plan.json': not a file",
+            "pass the plan JSON a search wrote (`<out>/<study>/best_plan.json`), greedy or optimal",
+        ),
+        Case(
+            "export-plan-other-model",
+            "`export --plan` with a plan of another model",
+            ("export", "mlp_wide", "--plan", f"{TMP}/plan.json", "-o", f"{TMP}/m.onnx"),
+            "names op 'fc1.relu', which is not in graph 'mlp_wide'",
+            "export the model the plan was searched for (same model, input size and batch)",
+            {"plan.json": _plan([(["fc1"], "single"), (["fc1.relu"], "single"), *REST])},
+        ),
+        Case(
+            "export-schedule-as-plan",
+            "`export --plan` given a schedule instead of a plan",
+            ("export", "mlp_relu", "--plan", f"{TMP}/s.json", "-o", f"{TMP}/m.onnx"),
+            "is a schedule written by `fusiontune export --format schedule`",
+            "pass a plan JSON such as best_plan.json",
+            {"s.json": json.dumps({"format": "fusiontune-schedule", "groups": []})},
+        ),
+        Case(
+            "export-unwritable",
+            "`export -o` into a folder that does not exist",
+            ("export", "mlp_relu", "-o", f"{TMP}/no/such/dir/m.onnx"),
+            "cannot write",
+            "create the folder first or choose a writable path",
+        ),
     ]
 
 
