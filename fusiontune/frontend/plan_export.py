@@ -143,8 +143,8 @@ def export_plan(
         schedule = plan_schedule(graph, plan, hw)
         paths = write_schedule(schedule, path)
         return ExportSummary("schedule", paths, plan.n_groups)
-    model = plan_to_onnx(graph, plan, hw, opset)
-    _write(model.SerializeToString(), path)
+    model, data = _plan_model(graph, plan, hw, opset)
+    _write(data, path)
     return ExportSummary(
         "onnx",
         (path,),
@@ -179,6 +179,13 @@ def plan_to_onnx(
         FusiontuneError: the opset is out of range, the plan is illegal or names ops of
             another graph, or the model fails the ONNX checker.
     """
+    return _plan_model(graph, plan, hw, opset)[0]
+
+
+def _plan_model(
+    graph: Graph, plan: Plan, hw: HardwareConfig | None, opset: int
+) -> tuple[onnx.ModelProto, bytes]:
+    """The checked model and its serialized bytes (serialized once, for the check and file)."""
     import onnx
     from onnx import helper
 
@@ -226,6 +233,11 @@ def plan_to_onnx(
             node.metadata_props.add(key=META + key, value=value)
         out.node.append(node)
     used = {t for n in out.node for t in n.input if t}
+    for t in graph.outputs:  # a constant graph output (the importer keeps folded outputs)
+        const = graph.tensors[t].value
+        if const is not None:
+            initializers[t] = np.asarray(const)
+            used.add(t)
     for name in sorted(used & set(initializers)):
         _fill_tensor(out.initializer.add(), name, initializers[name])
     out.input.extend(_value_info(graph.tensors[n]) for n in graph.inputs)
@@ -251,13 +263,13 @@ def plan_to_onnx(
         model.metadata_props.add(key=META + key, value=value)
     data = model.SerializeToString()
     try:
-        onnx.checker.check_model(onnx.load_model_from_string(data), full_check=True)
+        onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FusiontuneError(
             f"export: the fused model of '{graph.name}' is not valid ONNX: {first}"
         ) from None
-    return model
+    return model, data
 
 
 def _opsets(opset: int, domains: set[str]) -> list[onnx.OperatorSetIdProto]:
