@@ -220,4 +220,5 @@ def test_export_rows_on_a_merged_mlp(tmp_path: Path) -> None:
         assert row["max_rel_err"] <= exp.TOLERANCE and row["within_1e-5"]
         assert row["roundtrip_traffic_equal"]
         assert 1 <= row["ort_nodes"] <= 2 and row["ort_nodes_of_export"] == 1
+        assert row["tvm_like_groups"] == 2  # FuseOps never joins two matmuls
     assert exp.tvm_counts(None, [result.onnx_path]) == ({}, "")
