@@ -241,6 +241,25 @@ COLUMNS = (
 )  # fmt: skip
 
 
+def summary_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model: kernel counts side by side, parameters, worst error."""
+    head = ("model", "input_size", "ops", "ort_nodes", "tvm_kernels", "tvm_like_groups")
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("max_rel_err") is None:
+            continue
+        s = out.setdefault(r["model"], {k: r[k] for k in head})
+        if r["plan"] == "optimal":
+            s[f"groups_optimal_{r['hardware']}"] = r["groups"]
+        if r["plan"] == "merge":
+            s["params_before"] = r["params_before"]
+            s["params_after_merge"] = r["params_after"]
+        s["max_rel_err"] = max(s.get("max_rel_err", 0.0), r["max_rel_err"])
+    tail = ("params_before", "params_after_merge", "max_rel_err")
+    order = [*head, *sorted({k for s in out.values() for k in s} - {*head, *tail}), *tail]
+    return [{k: s.get(k) for k in order} for s in out.values()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="test sizes (CNNs 32, BERT 16)")
@@ -290,13 +309,18 @@ def main() -> None:
         "original graph, same random inputs, `max|a-b| / max|b|` per output.",
         "`roundtrip_traffic_equal`: `load_onnx_with_plan` of the exported file gives a graph and "
         "the plan its function calls spell; its `simulate` traffic equals the exported plan's.",
+        "Second table (`exp_export_2.csv`): per model, the kernels onnxruntime and TVM run "
+        "next to the groups of the optimal plan on each hardware (one kernel each), the "
+        "parameters before and after the merge-heavy plan, and the worst error of the model.",
         "`export_s`: `export_plan` wall time (compile groups, ONNX check with full_check, "
         "write); a plan whose groups an earlier plan of the model had reuses the executor's "
         "compiled (folded/merged) weights from its cache, so the first plan's time is the cold "
         "one.",
     ]
-    write_outputs("export", "Plans exported as fused ONNX models", [("Exported plans", rows)],
-                  notes)  # fmt: skip
+    summary = summary_rows(rows)
+    print_rows("Kernels and parameters per model", summary)
+    sections = [("Exported plans", rows), ("Kernels and parameters per model", summary)]
+    write_outputs("export", "Plans exported as fused ONNX models", sections, notes)
 
 
 if __name__ == "__main__":
