@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "verify": "fusiontune.sim.verify",
     # search
     "search": "fusiontune.search.api",
-    "SearchResult": "fusiontune.search.api",
+    "SearchResult": "fusiontune.search.results",
     "load_results": "fusiontune.search.results",
 }
 

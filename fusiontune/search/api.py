@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,7 @@ from fusiontune.search.driver import (
     run_trials,
     storage_for,
 )
+from fusiontune.search.results import SearchResult
 from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
 
 if TYPE_CHECKING:
@@ -64,31 +64,6 @@ class SearchInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted after {n_done} trials; saved in {out_dir}")
         self.out_dir = out_dir
         self.n_done = n_done
-
-
-@dataclass(frozen=True, eq=False)
-class SearchResult:
-    """Outcome of a search.
-
-    Attributes:
-        best_plan: best feasible plan found by the search.
-        trials: the ``trials`` table (search rows and baseline rows, column ``source``).
-        groups: the ``groups`` table.
-        summary: headline numbers (best, baselines, optimum, ratios, paths), as in summary.json.
-        out_dir: folder holding the files.
-    """
-
-    best_plan: Plan
-    trials: pd.DataFrame
-    groups: pd.DataFrame
-    summary: dict[str, Any]
-    out_dir: Path
-
-    @property
-    def best_over_optimum(self) -> float | None:
-        """Best found / proven optimum (1.0 = optimal); ``None`` without an oracle."""
-        value = self.summary.get("best_over_optimum")
-        return None if value is None else float(value)
 
 
 def search(

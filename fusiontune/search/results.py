@@ -1,4 +1,5 @@
-"""Results tables (DESIGN §9): ``trials`` and ``groups`` DataFrames, Parquet files, reload.
+"""Results (DESIGN §9): :class:`SearchResult`, the ``trials`` and ``groups`` DataFrames,
+Parquet files and reload (:func:`load_results`).
 
 ``trials``: one row per evaluated plan (search trials and baselines), carrying everything
 needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune version.
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
-    from fusiontune.search.api import SearchResult
     from fusiontune.search.driver import TrialRecord
     from fusiontune.sim.hardware import HardwareConfig
 
@@ -159,6 +159,31 @@ def hardware_from_json(text: str) -> HardwareConfig:
     return HardwareConfig(**data)
 
 
+@dataclass(frozen=True, eq=False)
+class SearchResult:
+    """Outcome of a search.
+
+    Attributes:
+        best_plan: best feasible plan found by the search.
+        trials: the ``trials`` table (search rows and baseline rows, column ``source``).
+        groups: the ``groups`` table.
+        summary: headline numbers (best, baselines, optimum, ratios, paths), as in summary.json.
+        out_dir: folder holding the files.
+    """
+
+    best_plan: Plan
+    trials: pd.DataFrame
+    groups: pd.DataFrame
+    summary: dict[str, Any]
+    out_dir: Path
+
+    @property
+    def best_over_optimum(self) -> float | None:
+        """Best found / proven optimum (1.0 = optimal); ``None`` without an oracle."""
+        value = self.summary.get("best_over_optimum")
+        return None if value is None else float(value)
+
+
 # ---- files -----------------------------------------------------------------------------------
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +220,6 @@ def load_results(directory: str | Path) -> SearchResult:
     import pandas as pd
 
     from fusiontune.planner.plan import Group, Mode, Plan
-    from fusiontune.search.api import SearchResult
 
     d = Path(directory)
     for name in (TRIALS_FILE, GROUPS_FILE, BEST_PLAN_FILE, SUMMARY_FILE):
