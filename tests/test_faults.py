@@ -30,7 +30,9 @@ from fusiontune.search.backends import (
     SerialBackend,
     evaluate_one,
 )
-from fusiontune.search.driver import Problem, TrialRecord, open_study, run_trials, storage_for
+from fusiontune.search.loop import run_trials
+from fusiontune.search.problem import Problem
+from fusiontune.search.storage import TrialRecord, open_study, storage_for
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fusiontune"

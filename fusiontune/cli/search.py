@@ -9,10 +9,10 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S
-from fusiontune.search.driver import FLUSH_INTERVAL_S
+from fusiontune.search.storage import FLUSH_INTERVAL_S
 
 if TYPE_CHECKING:
-    from fusiontune.search.driver import TrialRecord
+    from fusiontune.search.storage import TrialRecord
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as cli/main.py."""

@@ -26,19 +26,17 @@ from fusiontune.search.backends import (
     evaluate_one,
     make_backend,
 )
-from fusiontune.search.driver import (
-    FLUSH_INTERVAL_S,
-    Problem,
-    StudyStore,
-    TrialRecord,
-    _record,
-    best_record,
-    open_study,
-    run_trials,
-    storage_for,
-)
+from fusiontune.search.loop import best_record, make_record, run_trials
+from fusiontune.search.problem import Problem
 from fusiontune.search.results import SearchResult
 from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
+from fusiontune.search.storage import (
+    FLUSH_INTERVAL_S,
+    StudyStore,
+    TrialRecord,
+    open_study,
+    storage_for,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -253,7 +251,7 @@ def _plan_of(plan_json: str) -> Plan:
 
 def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
     outcome = evaluate_one(problem.graph, EvalTask(number, plan, problem.base_hw))
-    return _record(problem, number, plan, problem.base_hw, outcome)
+    return make_record(problem, number, plan, problem.base_hw, outcome)
 
 
 def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:

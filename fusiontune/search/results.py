@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
-    from fusiontune.search.driver import TrialRecord
+    from fusiontune.search.storage import TrialRecord
     from fusiontune.sim.hardware import HardwareConfig
 
 TRIALS_FILE = "trials.parquet"
