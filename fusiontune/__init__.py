@@ -60,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "search": "fusiontune.search.api",
     "SearchResult": "fusiontune.search.results",
     "load_results": "fusiontune.search.results",
+    "read_parquet": "fusiontune.search.results",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -32,6 +32,7 @@ from fusiontune.search.backends import (
 )
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
+from fusiontune.search.results import read_parquet
 from fusiontune.search.storage import TrialRecord, open_study, storage_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +95,7 @@ def _run(tmp: Path, backend: object, n_trials: int, model: str = "mlp_relu") -> 
         return run_trials(store, problem, backend, n_trials)  # type: ignore[arg-type]
     finally:
         backend.close()  # type: ignore[attr-defined]
+        store.close()
 
 
 def _evaluated(records: list[TrialRecord]) -> list[TrialRecord]:
@@ -215,7 +217,7 @@ def _wait_for_rows(proc: subprocess.Popen[str], table: Path, rows: int) -> list[
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
         if table.exists():
-            n = len(pd.read_parquet(table))  # raises on a half-written file
+            n = len(read_parquet(table))  # raises on a half-written file
             if not seen or seen[-1] != n:
                 seen.append(n)
             if n >= rows and len(seen) >= 2:
@@ -226,7 +228,7 @@ def _wait_for_rows(proc: subprocess.Popen[str], table: Path, rows: int) -> list[
 
 
 def _search_rows(table: Path) -> pd.DataFrame:
-    frame = pd.read_parquet(table)
+    frame = read_parquet(table)
     return frame[frame["source"] == "search"].set_index("trial").sort_index()
 
 

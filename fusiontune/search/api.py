@@ -34,6 +34,7 @@ from fusiontune.search.storage import (
     FLUSH_INTERVAL_S,
     StudyStore,
     TrialRecord,
+    deferred_interrupt,
     open_study,
     storage_for,
 )
@@ -130,32 +131,43 @@ def search(
     name = study or graph.name
     out_dir = Path(out) / name
     _check_writable(out_dir)
-    store = open_study(
-        name, storage_for(storage, out_dir), problem, seed, resume, start_from_greedy, checkpoint_s
+    be = make_backend(
+        backend or ("serial" if workers <= 1 and not address else "ray"),
+        workers,
+        address,
+        eval_timeout_s=eval_timeout_s,
     )
+    try:
+        store = open_study(
+            name,
+            storage_for(storage, out_dir),
+            problem,
+            seed,
+            resume,
+            start_from_greedy,
+            checkpoint_s,
+            before_create=lambda: be.start(graph),  # a backend that fails leaves no study
+        )
+    except BaseException:
+        be.close()
+        raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
-
-    done = len(store.records())
-    remaining = max(0, spc.trials - done)
     try:
-        if remaining:
-            be = make_backend(
-                backend or ("serial" if workers <= 1 and not address else "ray"),
-                workers,
-                address,
-                eval_timeout_s=eval_timeout_s,
-            )
-            try:
-                be.start(graph)
+        remaining = max(0, spc.trials - len(store.records()))
+        try:
+            if remaining:
                 run_trials(store, problem, be, remaining, on_record)
-            finally:
-                be.close()
+        finally:
+            be.close()
         return _finish(problem, store, ctx, out_dir, baselines, verify_best)
     except KeyboardInterrupt:
-        store.flush()
-        _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
-        raise SearchInterrupted(out_dir, len(store.records())) from None
+        with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
+            store.flush()
+            _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
+        raise SearchInterrupted(out_dir, len(store.stored_records())) from None
+    finally:
+        store.close()
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -176,7 +188,7 @@ def _check_writable(out_dir: Path) -> None:
 def _checkpoint(store: StudyStore, ctx: res.RowContext, out_dir: Path) -> None:
     """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
     killed at any moment leaves a readable table of the work stored so far."""
-    res.write_parquet(res.trials_frame(store.records(), ctx), out_dir / res.TRIALS_FILE)
+    res.write_parquet(res.trials_frame(store.stored_records(), ctx), out_dir / res.TRIALS_FILE)
 
 
 def _finish(
@@ -189,7 +201,8 @@ def _finish(
 ) -> SearchResult:
     """Stages 4-6: baselines, tables, verification, files."""
     graph, name = problem.graph, ctx.study
-    records = store.records()
+    store.flush()
+    records = store.stored_records()  # every driver's trials, numbered by the storage
     best = best_record(records, problem)
     if best is None:
         from fusiontune.errors import FusiontuneError

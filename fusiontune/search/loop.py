@@ -130,7 +130,7 @@ def make_record(
 def _duplicate(record: TrialRecord, number: int) -> TrialRecord:
     original = record.trial if record.duplicate_of < 0 else record.duplicate_of
     return dataclasses.replace(
-        record, trial=number, duplicate_of=original, eval_s=0.0, worker="cache"
+        record, trial=number, duplicate_of=original, eval_s=0.0, worker="cache", uid=""
     )
 
 

@@ -34,6 +34,10 @@ BRUTEFORCE_MAX_POINTS = 65536
 MODE_CHOICES = ("merge", "stream")
 """Choices of a matrix chain (P3 merge or P4 stream)."""
 
+IDENTITY_KEYS = ("graph", "hardware", "space", "objective", "planner")
+"""What a study is (:meth:`Problem.identity`): a study resumed or joined with any of these
+different is refused."""
+
 CAPACITY_CONSTRAINT = "capacity"
 """Constraint key: number of hardware-capacity violations (rule 7), feasible when 0."""
 
@@ -64,6 +68,43 @@ class Problem:
         problem.check_sampler()
         problem.check_knobs()
         return problem
+
+    def identity(self) -> dict[str, str]:
+        """What a study of this problem is, stored with the study: for each of
+        :data:`IDENTITY_KEYS` a hash (compared on resume) and a ``<key>_text`` for messages."""
+        import dataclasses
+        import hashlib
+
+        graph = self.graph
+        inputs = ", ".join(
+            f"{n} {'x'.join(str(d) for d in graph.tensors[n].shape)}" for n in graph.inputs
+        )
+        short = graph.structural_hash[:16]
+        hw = self.base_hw
+        space = {k: v for k, v in self.space.to_dict().items() if k in ("knobs", "constraints")}
+        space_json = json.dumps(space, sort_keys=True, default=str)
+        space_hash = hashlib.sha256(space_json.encode()).hexdigest()[:16]
+        knobs = ", ".join(k.name for k in self.space.knobs) or "none"
+        caps = ", ".join(c.metric for c in self.space.constraints) or "none"
+        planner = {
+            k: sorted(v) if isinstance(v, (set, frozenset)) else v
+            for k, v in dataclasses.asdict(self.config).items()
+        }
+        planner_text = ", ".join(
+            f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in planner.items()
+        )
+        return {
+            "graph": graph.structural_hash,
+            "graph_text": f"model {graph.name} (inputs {inputs}; graph {short})",
+            "hardware": hw.hash,
+            "hardware_text": f"hardware {hw.name} ({hw.hash})",
+            "space": space_hash,
+            "space_text": f"knobs {knobs} and constraints {caps} (space {space_hash})",
+            "objective": self.space.objective,
+            "objective_text": f"objective {self.space.objective}",
+            "planner": json.dumps(planner, sort_keys=True, default=str),
+            "planner_text": f"planner config {planner_text}",
+        }
 
     @property
     def directions(self) -> list[Any]:

@@ -186,15 +186,56 @@ class SearchResult:
 
 # ---- files -----------------------------------------------------------------------------------
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    """Write through a temporary file in the same folder, then ``os.replace`` it into place:
+    a reader opening ``path`` sees the old file or the new one, never a part. The file gets
+    the mode a plain ``open`` would give it (0666 less the umask; ``mkstemp`` makes 0600).
+
+    Raises:
+        StorageError: the file cannot be written (disk full, no permission, ...).
+    """
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
         write(Path(tmp))
+        os.chmod(tmp, FILE_MODE & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            from fusiontune.search.storage import is_disk_full
+
+            reason = "disk full" if is_disk_full(exc) else (exc.strerror or str(exc))
+            raise StorageError(
+                f"{path}: cannot write ({reason}); the study storage keeps every stored "
+                "trial: fix the cause (free disk space) and rerun with --resume"
+            ) from exc
         raise
+
+
+FILE_MODE = 0o666
+"""Mode of result files before the umask (as ``open`` creates files)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_parquet(path: str | Path) -> pd.DataFrame:
+    """Read a Parquet file through one open file handle.
+
+    ``pd.read_parquet(path)`` opens the path twice (footer, then pages): while a search
+    replaces ``trials.parquet`` it can pair the footer of one version with the pages of the
+    next ("Page was smaller than expected"). One handle reads one version, whole.
+    """
+    import pandas as pd
+
+    with open(path, "rb") as f:
+        return pd.read_parquet(f)
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -217,7 +258,6 @@ def load_results(directory: str | Path) -> SearchResult:
     Raises:
         StorageError: the folder or one of its files is missing.
     """
-    import pandas as pd
 
     from fusiontune.planner.plan import Group, Mode, Plan
 
@@ -229,8 +269,8 @@ def load_results(directory: str | Path) -> SearchResult:
     plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
     return SearchResult(
         best_plan=plan,
-        trials=pd.read_parquet(d / TRIALS_FILE),
-        groups=pd.read_parquet(d / GROUPS_FILE),
+        trials=read_parquet(d / TRIALS_FILE),
+        groups=read_parquet(d / GROUPS_FILE),
         summary=json.loads((d / SUMMARY_FILE).read_text()),
         out_dir=d,
     )
