@@ -336,3 +336,133 @@ def test_ray_starts_local_only_without_dashboard() -> None:
     source = inspect.getsource(RayBackend.start)
     assert 'address="local"' in source and "include_dashboard=False" in source
     assert "check_ray_address(self.address)" in source  # --address is probed first
+
+
+# ---- baselines, full disks, Ray processes --------------------------------------------------------
+def test_a_failing_baseline_is_recorded_and_the_search_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fusiontune.search.oracle as oracle
+    import fusiontune.sim.cost as cost
+    from fusiontune.search.api import search
+
+    real = cost.simulate
+
+    def unfused_raises(graph: Graph, plan: object, hw: object) -> object:
+        if all(len(g.ops) == 1 for g in plan.groups):  # type: ignore[attr-defined]
+            raise RuntimeError(INJECTED)
+        return real(graph, plan, hw)  # type: ignore[arg-type]
+
+    def oracle_raises(*args: object, **kwargs: object) -> object:
+        raise MemoryError("solver ran out of memory")
+
+    monkeypatch.setattr(cost, "simulate", unfused_raises)
+    monkeypatch.setattr(oracle, "exact_optimum", oracle_raises)
+    result = search("mlp_relu", trials=6, out=tmp_path, sampler="random", seed=1)
+    rows = result.trials.set_index("source")
+    assert rows.loc["unfused", "state"] == "FAIL"
+    assert rows.loc["unfused", "error"] == f"RuntimeError: {INJECTED}"
+    assert rows.loc["oracle", "state"] == "FAIL" and "solver ran out" in rows.loc["oracle", "error"]
+    assert rows.loc["greedy", "state"] == "COMPLETE"
+    assert (result.trials["source"] == "search").sum() == 6
+    assert "traffic_saved_vs_unfused" not in result.summary
+    from fusiontune.cli.search import format_summary
+
+    text = format_summary(result.summary)
+    assert f"unfused:          failed: RuntimeError: {INJECTED}" in text
+
+
+def _mount_small_disk(path: Path, size: str) -> bool:
+    """Mount a tmpfs of ``size`` at ``path`` (root on Linux); False when that is not allowed."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def _fill(folder: Path) -> Path:
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_disk_full_is_a_clear_error_and_resume_works_after_freeing_space(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if not _mount_small_disk(disk, "3m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root on Linux)")
+    try:
+        argv = [*_driver_argv(disk, 20), "--checkpoint-every", "0"]
+        assert main(argv) == 0
+        filler = _fill(disk)
+        capsys.readouterr()
+        assert main([*argv[:-2], "--trials", "300", "--resume"]) == 2
+        err = capsys.readouterr().err  # progress lines, then the error
+        errors = [line for line in err.splitlines() if line.startswith("fusiontune:")]
+        assert len(errors) == 1 and "Traceback" not in err, err
+        assert "(disk full)" in errors[0] and "rerun with --resume" in errors[0]
+        filler.unlink()
+        assert main([*argv[:-2], "--trials", "60", "--resume"]) == 0
+        rows = _search_rows(disk / "lenet5" / "trials.parquet")
+        assert len(rows) == 60 and rows.index.is_unique
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=False)
+
+
+def test_a_full_disk_while_writing_a_table_is_a_storage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from fusiontune.errors import StorageError
+    from fusiontune.search.results import write_parquet
+
+    def full(self: pd.DataFrame, path: object, **kwargs: object) -> None:
+        Path(str(path)).write_bytes(b"PAR1")  # a part was written
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", full)
+    with pytest.raises(StorageError, match=r"trials.parquet: cannot write \(disk full\)"):
+        write_parquet(pd.DataFrame({"a": [1]}), tmp_path / "trials.parquet")
+    assert list(tmp_path.iterdir()) == []  # neither the part nor a temporary file is left
+
+
+def _ray_processes_of(pid: int) -> set[tuple[int, str]]:
+    from fusiontune.search.ray_reaper import _is_ray, _table, descendants
+
+    return {k for k in descendants({pid}, _table()) if _is_ray(k[0]) and "reaper" not in
+            Path(f"/proc/{k[0]}/cmdline").read_bytes().decode(errors="replace")}  # fmt: skip
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process tables read from /proc")
+def test_ray_processes_die_within_seconds_of_a_killed_driver(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    argv = _driver_argv(out, 100000)
+    argv[argv.index("--backend") + 1] = "ray"
+    argv[argv.index("--workers") + 1] = "2"
+    proc = _start_driver(argv, tmp_path)
+    _wait_for_rows(proc, out / "lenet5" / "trials.parquet", 5)
+    ray_procs = _ray_processes_of(proc.pid)
+    names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] for pid, _ in ray_procs}
+    assert any(b"raylet" in n for n in names) and b"ray::DashboardAgent" in names, names
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=SUBPROCESS_TIMEOUT_S)
+    from fusiontune.search.ray_reaper import _table
+
+    deadline = time.monotonic() + 30  # seconds, on a busy machine
+    while ray_procs & set(_table()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = ray_procs & set(_table())
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:60] for pid, _ in left]

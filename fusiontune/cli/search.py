@@ -205,6 +205,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     objective = summary["objective"]
 
     def line(label: str, row: dict[str, Any]) -> str:
+        if row.get("error"):
+            return f"  {label:<18}failed: {' '.join(str(row['error']).split())[:120]}"
         text = f"  {label:<18}traffic {_mb(row.get('traffic_bytes')):>14}"
         values = row.get("values") or []
         if objective != "traffic" and values:

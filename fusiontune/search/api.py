@@ -23,7 +23,7 @@ from fusiontune.search import results as res
 from fusiontune.search.backends import (
     DEFAULT_EVAL_TIMEOUT_S,
     EvalTask,
-    evaluate_one,
+    evaluate_batch,
     make_backend,
 )
 from fusiontune.search.loop import best_record, make_record, run_trials
@@ -236,7 +236,7 @@ def _finish(
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
     res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
     oracle = base_records.get("oracle")
-    if oracle is not None:
+    if oracle is not None and oracle.plan_json:
         optimal = _plan_of(oracle.plan_json).to_json(indent=2) + "\n"
         res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
@@ -263,33 +263,52 @@ def _plan_of(plan_json: str) -> Plan:
 
 
 def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
-    outcome = evaluate_one(problem.graph, EvalTask(number, plan, problem.base_hw))
+    """A row for ``plan`` at base hardware; an evaluation that raises is a failed row."""
+    outcome = evaluate_batch(problem.graph, [EvalTask(number, plan, problem.base_hw)])[0]
     return make_record(problem, number, plan, problem.base_hw, outcome)
+
+
+def _baseline(problem: Problem, name: str, make_plan: Callable[[], Plan]) -> TrialRecord:
+    """A baseline row; a baseline whose plan cannot be built is recorded as failed (the
+    search's own results stand without it)."""
+    try:
+        plan = make_plan()
+    except Exception as exc:
+        return TrialRecord(-1, "FAIL", error=f"{name} plan: {type(exc).__name__}: {exc}")
+    return _evaluate(problem, plan)
 
 
 def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
     """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at base
-    hardware."""
+    hardware. A baseline that fails is recorded as failed; the others go on."""
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
     from fusiontune.search.oracle import exact_optimum
 
     graph, cfg = problem.graph, problem.config
     out = {
-        "unfused": _evaluate(problem, unfused_plan(graph)),
-        "tvm_like": _evaluate(problem, tvm_like_plan(graph, cfg)),
-        "greedy": _evaluate(problem, greedy_plan(graph, cfg)),
+        "unfused": _baseline(problem, "unfused", lambda: unfused_plan(graph)),
+        "tvm_like": _baseline(problem, "tvm_like", lambda: tvm_like_plan(graph, cfg)),
+        "greedy": _baseline(problem, "greedy", lambda: greedy_plan(graph, cfg)),
     }
-    n_plans = count_plans(graph, cfg)
-    info: dict[str, Any] = {"count_plans": int(n_plans)}
-    if n_plans <= EXHAUSTIVE_MAX_PLANS:
-        candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
-        best = best_record(candidates, problem)
-        if best is not None:
-            out["exhaustive"] = best
+    info: dict[str, Any] = {}
+    try:
+        n_plans = count_plans(graph, cfg)
+        info["count_plans"] = int(n_plans)
+        if n_plans <= EXHAUSTIVE_MAX_PLANS:
+            candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
+            best = best_record(candidates, problem)
+            if best is not None:
+                out["exhaustive"] = best
+    except Exception as exc:
+        info["exhaustive_error"] = f"{type(exc).__name__}: {exc}"
     objective = problem.space.objective
     oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
-    oracle = exact_optimum(graph, problem.base_hw, oracle_objective, cfg)
+    try:
+        oracle = exact_optimum(graph, problem.base_hw, oracle_objective, cfg)
+    except Exception as exc:
+        out["oracle"] = TrialRecord(-1, "FAIL", error=f"oracle: {type(exc).__name__}: {exc}")
+        return out, info
     if oracle is not None:
         out["oracle"] = _evaluate(problem, oracle.plan)
         info.update(
@@ -364,6 +383,7 @@ def _summary(
         "baselines": {
             k: {m: r.metrics.get(m) for m in (metric, "energy_pj", "cycles")}
             | {"values": list(r.values)}
+            | ({"error": r.error} if r.state != "COMPLETE" else {})
             for k, r in base.items()
         },
         "fusiontune_version": ctx.version,
@@ -379,6 +399,7 @@ def _summary(
         saved = 1.0 - float(best.metrics[metric]) / float(unfused.metrics[metric])
         summary["traffic_saved_vs_unfused"] = saved
     oracle = base.get("oracle")
+    oracle = oracle if oracle is not None and oracle.state == "COMPLETE" else None
     same_hw = not problem.space.knobs or best.hw_hash == problem.base_hw.hash
     if oracle is not None and same_hw and problem.space.objective in ADDITIVE_OBJECTIVES:
         optimum = oracle.values[0]

@@ -312,6 +312,7 @@ class RayBackend(Backend):
         self.eval_timeout_s = eval_timeout_s
         self.evaluate = evaluate
         self._started_ray = False
+        self._reaper: Any = None
         self._graph_ref: Any = None
         self._remote: Any = None
         self._in_flight: dict[Any, tuple[list[EvalTask], float]] = {}  # ref -> (tasks, deadline)
@@ -330,6 +331,10 @@ class RayBackend(Backend):
                 except (ConnectionError, ValueError, RuntimeError) as exc:
                     raise _address_error(self.address, exc) from exc
             else:
+                from fusiontune.search.ray_reaper import Reaper
+
+                self._reaper = Reaper()
+                self._reaper.start()  # the local Ray dies with this process, however it ends
                 ray.init(
                     address="local",  # a new local instance, never a stale default cluster
                     num_cpus=self.workers,
@@ -412,6 +417,9 @@ class RayBackend(Backend):
         self._in_flight.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+        if self._reaper is not None:
+            self._reaper.stop()
+            self._reaper = None
 
 
 def check_ray_address(address: str) -> None:

@@ -239,8 +239,9 @@ class _WriterLock:
                 "SQLite takes one driver at a time: wait for it to finish, or share a study "
                 "between drivers with a journal file (--storage NAME.log) or PostgreSQL"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid is for messages only (the disk may be full)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -372,10 +373,13 @@ class StudyStore:
             ) from exc
 
     def close(self) -> None:
-        """Release the SQLite writer lock (the storage itself needs no closing)."""
+        """Release the SQLite writer lock and the database connections."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+        engine = getattr(getattr(self.persistent._storage, "_backend", None), "engine", None)
+        if engine is not None:
+            engine.dispose()
 
 
 _deferring = threading.local()
