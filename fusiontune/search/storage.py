@@ -146,7 +146,7 @@ def storage_for(storage: str | None, study_dir: Path) -> StorageSpec:
     lock = None
     if url.startswith("sqlite:///") and not url.endswith(":memory:"):
         lock = _lock_of(Path(url[len("sqlite:///") :]).resolve())
-    return StorageSpec(url, _mask_password(url), lock)
+    return StorageSpec(url, _mask_password(storage), lock)
 
 
 def _lock_of(db: Path) -> Path:
