@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "IllegalPlanError": "fusiontune.errors",
     "ConfigError": "fusiontune.errors",
     "StorageError": "fusiontune.errors",
+    "ResourceLimitError": "fusiontune.errors",
+    "memory_limit": "fusiontune.limits",
+    "set_memory_limit": "fusiontune.limits",
     # IR
     "Tensor": "fusiontune.ir.graph",
     "Op": "fusiontune.ir.graph",

@@ -94,7 +94,7 @@ def test_resume_of_a_missing_study_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="study 'nothere' does not exist") as err:
         search("mlp_relu", trials=3, out=tmp_path, study="nothere", resume=True)
     assert "leave out --resume" in str(err.value)
-    assert not (tmp_path / "nothere" / "trials.parquet").exists()
+    assert not (tmp_path / "nothere").exists()  # no empty folder or database left behind
 
 
 # ---- one SQLite writer -------------------------------------------------------------------------

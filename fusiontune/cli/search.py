@@ -8,7 +8,15 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S
+from fusiontune.cli._common import (
+    MAX_INPUT_SIZE,
+    add_memory_limit_argument,
+    apply_memory_limit,
+    int_in_range,
+    positive_int,
+)
+from fusiontune.search.api import MAX_SEED
+from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S, MAX_WORKERS_PER_CORE, max_workers
 from fusiontune.search.storage import FLUSH_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -30,10 +38,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("model", help="zoo model name or ONNX file")
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
-    p.add_argument("--trials", type=int, help="trial budget (default: from the space, 300)")
+    p.add_argument(
+        "--trials", type=positive_int, help="trial budget (default: from the space, 300)"
+    )
     p.add_argument(
         "--workers",
-        type=int,
+        type=int_in_range(1, max_workers(), f" ({MAX_WORKERS_PER_CORE} per CPU core)"),
         default=min(DEFAULT_WORKERS, os.cpu_count() or 1),
         help="evaluation processes (Ray CPUs); 1 = serial",
     )
@@ -45,7 +55,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--objective", help="traffic | energy | cycles | edp | multi (default: from the space)"
     )
-    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument(
+        "--seed", type=int_in_range(0, MAX_SEED), default=0, help="sampler seed (default 0)"
+    )
     p.add_argument("--study", help="study name (default: the model's name)")
     p.add_argument(
         "--storage", help="Optuna storage URL or journal file (*.log); default SQLite in the folder"
@@ -58,7 +70,11 @@ def register(sub: Any) -> None:
         "--verify-best", action="store_true", help="execute the best plan and check it numerically"
     )
     p.add_argument("--backend", choices=("ray", "serial"), help="default: ray unless --workers 1")
-    p.add_argument("--input-size", type=int, help="input resolution/width of a zoo model")
+    p.add_argument(
+        "--input-size",
+        type=int_in_range(1, MAX_INPUT_SIZE),
+        help="input resolution/width of a zoo model",
+    )
     p.add_argument(
         "--input-shape",
         action="append",
@@ -82,6 +98,7 @@ def register(sub: Any) -> None:
         help=f"store finished trials and rewrite trials.parquet at most every S seconds "
         f"(default {FLUSH_INTERVAL_S:g})",
     )
+    add_memory_limit_argument(p)
     p.set_defaults(func=run)
 
 
@@ -100,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from fusiontune.search.api import SearchInterrupted, search
     from fusiontune.search.space import load_space, with_overrides
 
+    apply_memory_limit(args)
     space = with_overrides(
         load_space(args.space), objective=args.objective, sampler=args.sampler, trials=args.trials
     )

@@ -85,7 +85,10 @@ def _load_plan(graph: Any, spec: str) -> Any:
         raise ConfigError(
             f"--plan '{spec}': not a file; use unfused, tvm_like, greedy or a plan JSON file"
         )
-    return Plan.from_json(path.read_text(), graph, source=spec)
+    from fusiontune.errors import IllegalPlanError
+    from fusiontune.fileio import read_text
+
+    return Plan.from_json(read_text(path, IllegalPlanError, "plan file"), graph, source=spec)
 
 
 def _saving(value: float, reference: float) -> float:

@@ -14,15 +14,18 @@ Stages, in order:
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.errors import StorageError
+from fusiontune.errors import ConfigError, StorageError
 from fusiontune.search import results as res
 from fusiontune.search.backends import (
     DEFAULT_EVAL_TIMEOUT_S,
     EvalTask,
+    check_workers,
     evaluate_batch,
     make_backend,
 )
@@ -123,13 +126,18 @@ def search(
     from fusiontune import __version__
     from fusiontune.sim.hardware import load_hardware
 
+    check_workers(workers)
+    _check_seed(seed)
+    if study is not None:
+        check_study_name(study)
     graph = _load_graph(graph_or_name, input_size, input_shapes)
     spc = space if isinstance(space, SearchSpace) else load_space(space)
     spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
     hw = load_hardware(spc.hardware)
     problem = Problem.build(graph, spc, hw)
-    name = study or graph.name
+    name = study if study is not None else default_study_name(graph.name)
     out_dir = Path(out) / name
+    new_dir = not out_dir.exists()
     _check_writable(out_dir)
     be = make_backend(
         backend or ("serial" if workers <= 1 and not address else "ray"),
@@ -150,6 +158,8 @@ def search(
         )
     except BaseException:
         be.close()
+        if new_dir:  # nothing was stored: leave no empty results folder or database behind
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
@@ -168,6 +178,51 @@ def search(
         raise SearchInterrupted(out_dir, len(store.stored_records())) from None
     finally:
         store.close()
+
+
+MAX_SEED = 2**32 - 1
+"""Largest sampler seed (numpy's RandomState, which Optuna's samplers use, takes 32 bits)."""
+
+MAX_STUDY_NAME_CHARS = 100
+"""Longest study name (a folder name under ``out``)."""
+
+_STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def check_study_name(name: object) -> str:
+    """A study name is one safe folder name: letters, digits, ``_ . + -``, not starting with a
+    dot, at most :data:`MAX_STUDY_NAME_CHARS` characters (so ``<out>/<study>`` stays inside
+    ``out``: no ``..``, ``/``, absolute paths, newlines or NUL).
+
+    Raises:
+        ConfigError: naming the value and what is allowed.
+    """
+    if (
+        not isinstance(name, str)
+        or not _STUDY_NAME.fullmatch(name)
+        or len(name) > MAX_STUDY_NAME_CHARS
+    ):
+        raise ConfigError(
+            f"study name {name!r} is not allowed; use 1 to {MAX_STUDY_NAME_CHARS} letters, "
+            "digits and _ . + - (not starting with '.'): it names a folder under --out"
+        )
+    return name
+
+
+def default_study_name(model: str) -> str:
+    """The study name for a model: its name with every character a study name does not
+    allow replaced by ``_``."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "_", model).lstrip(".") or "study"
+    if not name[0].isalnum() and name[0] != "_":
+        name = "_" + name
+    return name[:MAX_STUDY_NAME_CHARS]
+
+
+def _check_seed(seed: object) -> None:
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed = {seed!r} is out of range; allowed 0 .. {MAX_SEED} (or None)")
 
 
 def _check_writable(out_dir: Path) -> None:

@@ -57,6 +57,9 @@ ADDRESS_PROBE_S = 3.0
 RAY_ERROR_CHARS = 300
 """Characters of a Ray error kept in a failed trial's message (Ray's include tracebacks)."""
 
+MAX_WORKERS_PER_CORE = 4
+"""Most local evaluation processes per CPU core: more only adds start-up and memory."""
+
 WORKER_DIED = "worker process died"
 """Error of a plan whose Ray worker died twice (once in its batch, once on its own)."""
 
@@ -456,6 +459,28 @@ def _runtime_env() -> dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(fusiontune.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
+
+
+def max_workers() -> int:
+    """Most ``workers`` accepted on this machine (:data:`MAX_WORKERS_PER_CORE` per core)."""
+    return (os.cpu_count() or 1) * MAX_WORKERS_PER_CORE
+
+
+def check_workers(workers: object, label: str = "workers") -> int:
+    """``workers`` as an int in ``1 .. max_workers()``.
+
+    Raises:
+        ConfigError: naming ``label``, the value and the allowed range.
+    """
+    from fusiontune.errors import ConfigError
+
+    high = max_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= high:
+        raise ConfigError(
+            f"{label} = {workers!r} is out of range; allowed 1 .. {high} "
+            f"({MAX_WORKERS_PER_CORE} per CPU core, {os.cpu_count() or 1} cores here)"
+        )
+    return workers
 
 
 def make_backend(

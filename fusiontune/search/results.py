@@ -265,12 +265,20 @@ def load_results(directory: str | Path) -> SearchResult:
     for name in (TRIALS_FILE, GROUPS_FILE, BEST_PLAN_FILE, SUMMARY_FILE):
         if not (d / name).is_file():
             raise StorageError(f"{d}: missing {name}; is this a fusiontune search results folder?")
-    plan_data = json.loads((d / BEST_PLAN_FILE).read_text())
-    plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
+    from fusiontune.fileio import parse_json, read_text
+
+    def load_json(name: str) -> Any:
+        return parse_json(read_text(d / name, StorageError), str(d / name), StorageError)
+
+    plan_data = load_json(BEST_PLAN_FILE)
+    try:
+        plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
+        trials, groups = read_parquet(d / TRIALS_FILE), read_parquet(d / GROUPS_FILE)
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise StorageError(
+            f"{d}: a results file is damaged ({type(exc).__name__}: {exc}); rerun the search "
+            "with --resume to rewrite it"
+        ) from None
     return SearchResult(
-        best_plan=plan,
-        trials=read_parquet(d / TRIALS_FILE),
-        groups=read_parquet(d / GROUPS_FILE),
-        summary=json.loads((d / SUMMARY_FILE).read_text()),
-        out_dir=d,
+        best_plan=plan, trials=trials, groups=groups, summary=load_json(SUMMARY_FILE), out_dir=d
     )
