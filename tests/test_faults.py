@@ -469,3 +469,72 @@ def test_ray_processes_die_within_seconds_of_a_killed_driver(tmp_path: Path) -> 
         time.sleep(0.2)
     left = ray_procs & set(_table())
     assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:60] for pid, _ in left]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="process tables read from /proc")
+def test_a_token_auth_cluster_is_explained_in_one_line_within_seconds(tmp_path: Path) -> None:
+    """A Ray head with token authentication (Ray 2.60's default) and a driver without the
+    token: one line naming the cause, in seconds (ray.init alone retries ~20 s and blames the
+    address), and no empty results folder."""
+    import secrets
+    import shutil
+    import tempfile
+
+    from fusiontune.search.ray_reaper import _table, descendants, reap
+
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ft-ray-", dir="/tmp")  # short: Ray's socket paths
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    ray_cli = Path(sys.executable).parent / "ray"
+    head = subprocess.Popen(
+        [str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
+         "--include-dashboard=false", f"--temp-dir={temp}"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+        while True:
+            assert head.poll() is None and time.monotonic() < deadline, "ray head did not start"
+            try:
+                import socket
+
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        out = tmp_path / "out"
+        code = (
+            "import sys, time; sys.path.insert(0, sys.argv[1])\n"
+            "from fusiontune.cli.main import main\n"
+            "start = time.monotonic(); code = main(sys.argv[2:])\n"
+            "print(f'elapsed {time.monotonic() - start:.1f}'); sys.exit(code)\n"
+        )
+        argv = ["search", "mlp_relu", "--trials", "4", "--out", str(out),
+                "--address", f"127.0.0.1:{port}"]  # fmt: skip
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(REPO), *argv],
+            env=clean, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "requires token authentication" in lines[0], done.stderr
+        assert "RAY_AUTH_MODE=token" in lines[0]
+        elapsed_s = float(done.stdout.split()[-1])
+        assert elapsed_s < 10, elapsed_s  # the probe waits 3 s at most; ray.init took ~20 s
+        assert not out.exists()
+    finally:
+        procs = descendants({head.pid}, _table())
+        head.kill()  # SIGTERM would drain for 30 s; the head's processes are stopped below
+        head.wait(timeout=30)
+        reap(procs)
+        shutil.rmtree(temp, ignore_errors=True)

@@ -137,7 +137,7 @@ def search(
     problem = Problem.build(graph, spc, hw)
     name = study if study is not None else default_study_name(graph.name)
     out_dir = Path(out) / name
-    new_dir = not out_dir.exists()
+    created = _first_missing(out_dir)  # removed again if nothing gets stored
     _check_writable(out_dir)
     be = make_backend(
         backend or ("serial" if workers <= 1 and not address else "ray"),
@@ -158,8 +158,8 @@ def search(
         )
     except BaseException:
         be.close()
-        if new_dir:  # nothing was stored: leave no empty results folder or database behind
-            shutil.rmtree(out_dir, ignore_errors=True)
+        if created is not None:  # nothing was stored: leave no empty folder or database behind
+            shutil.rmtree(created, ignore_errors=True)
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
@@ -223,6 +223,16 @@ def _check_seed(seed: object) -> None:
         return
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise ConfigError(f"seed = {seed!r} is out of range; allowed 0 .. {MAX_SEED} (or None)")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (``None``: it exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
 
 
 def _check_writable(out_dir: Path) -> None:

@@ -440,6 +440,59 @@ def check_ray_address(address: str) -> None:
         socket.create_connection((host, int(port)), timeout=ADDRESS_PROBE_S).close()
     except OSError as exc:
         raise _address_error(address, exc) from exc
+    if "://" not in address:
+        _check_ray_auth(address, f"{host}:{port}")
+
+
+def _check_ray_auth(address: str, target: str) -> None:
+    """Connect to the cluster's GCS once, as Ray's own client does: a cluster that wants a
+    token refuses at once, where ``ray.init`` would retry for ~20 s and then blame the address.
+    Only when this process would send no token (``RAY_AUTH_MODE`` is not ``token``: Ray never
+    sends its token to an explicit address otherwise). A probe that has not answered within
+    :data:`ADDRESS_PROBE_S` is left to ``ray.init``."""
+    from fusiontune.errors import ConfigError
+
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+            GcsClient(address=target)
+        except Exception as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    with _quiet_stderr():  # Ray's C++ client logs each refused attempt
+        thread.start()
+        thread.join(ADDRESS_PROBE_S)
+    if failure and type(failure[0]).__name__ == "AuthenticationError":
+        raise ConfigError(
+            f"--address {address}: the Ray cluster there requires token authentication and "
+            "this driver sends no token; run with RAY_AUTH_MODE=token (the token comes from "
+            "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), or start the head with "
+            "RAY_AUTH_MODE=disabled on a private network"
+        )
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the block (C++ logging bypasses sys.stderr)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _address_error(address: str, exc: BaseException) -> Exception:
