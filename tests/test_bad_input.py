@@ -299,14 +299,14 @@ def _cases() -> list[Case]:
         Case(
             "workers-too-many",
             "more workers than the machine can use",
-            (*search[:2], "1000", *search[4:], "mlp_relu"),
+            (search[0], "--workers", "1000", *search[3:], "mlp_relu"),
             "argument --workers: 1000 is out of range; allowed 1 ..",
             "use at most 4 workers per CPU core (`nproc`), or --address for a cluster",
         ),
         Case(
             "workers-zero",
             "zero workers",
-            (*search[:2], "0", *search[4:], "mlp_relu"),
+            (search[0], "--workers", "0", *search[3:], "mlp_relu"),
             "argument --workers: 0 is out of range",
             "give at least 1 worker (1 = serial, in-process)",
         ),
@@ -327,7 +327,7 @@ def _cases() -> list[Case]:
         Case(
             "trials-zero",
             "a budget of zero trials",
-            (*search[:2], *search[4:], "--trials", "0", "mlp_relu"),
+            (*search[:3], *search[5:], "--trials", "0", "mlp_relu"),
             "argument --trials: 0 is out of range; allowed >= 1",
             "give at least one trial",
         ),

@@ -89,6 +89,7 @@ def search(
     baselines: bool = True,
     start_from_greedy: bool = True,
     on_record: Callable[[TrialRecord], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
     checkpoint_s: float = FLUSH_INTERVAL_S,
 ) -> SearchResult:
@@ -115,6 +116,7 @@ def search(
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
         start_from_greedy: make the greedy plan the first trial of a new study.
         on_record: called with each finished trial (progress bars).
+        on_start: called once with the number of trials this run will evaluate.
         eval_timeout_s: per-plan evaluation limit; a plan past it fails (``None``: no limit).
         checkpoint_s: finished trials are stored and ``trials.parquet`` rewritten (atomically)
             at most this often, so a killed run loses at most this much work.
@@ -165,6 +167,8 @@ def search(
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
     try:
         remaining = max(0, spc.trials - len(store.records()))
+        if on_start is not None:
+            on_start(remaining)
         try:
             if remaining:
                 run_trials(store, problem, be, remaining, on_record)
