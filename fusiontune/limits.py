@@ -86,11 +86,12 @@ def n_elements(shape: Iterable[int]) -> int:
 
 
 def check_shape(name: str, shape: Sequence[int], where: str) -> None:
-    """Refuse a shape with a dimension < 1 or more than :data:`MAX_ELEMENTS` elements."""
+    """Refuse a shape with a negative dimension or more than :data:`MAX_ELEMENTS` elements
+    (0 is allowed: an empty tensor, e.g. an omitted ``roi`` of ``Resize``)."""
     for axis, d in enumerate(shape):
-        if int(d) < 1:
+        if int(d) < 0:
             raise ResourceLimitError(
-                f"{where}: tensor '{name}' dimension {axis} is {int(d)}; dimensions must be >= 1"
+                f"{where}: tensor '{name}' dimension {axis} is {int(d)}; dimensions must be >= 0"
             )
     if n_elements(shape) > MAX_ELEMENTS:
         raise ResourceLimitError(

@@ -133,6 +133,10 @@ def search(
     if study is not None:
         check_study_name(study)
     graph = _load_graph(graph_or_name, input_size, input_shapes)
+    if verify_best:  # refuse before searching, not after
+        from fusiontune.limits import check_graph
+
+        check_graph(graph, "verifying the best plan (--verify-best)")
     spc = space if isinstance(space, SearchSpace) else load_space(space)
     spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
     hw = load_hardware(spc.hardware)
