@@ -38,8 +38,9 @@ from fusiontune.search.storage import TrialRecord, open_study, storage_for
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fusiontune"
 
-SUBPROCESS_TIMEOUT_S = 90.0
-"""Longest a driver subprocess may take to reach the state a test waits for."""
+SUBPROCESS_TIMEOUT_S = 300.0
+"""Longest a driver subprocess may take to reach the state a test waits for (generous: the
+suite must pass on a busy machine)."""
 
 POLL_S = 0.05
 """How often a test looks at the driver's trials.parquet."""
@@ -116,10 +117,10 @@ def test_evaluation_that_raises_fails_only_its_trial(tmp_path: Path) -> None:
 
 
 def test_eval_timeout_fails_slow_trials(tmp_path: Path) -> None:
-    limit_s = 0.2
+    limit_s = 2.0  # seconds: a normal evaluation stays far below it on a busy machine
     start = time.monotonic()
     records = _run(tmp_path, SerialBackend(eval_timeout_s=limit_s, evaluate=_hang_every_fourth), 8)
-    assert time.monotonic() - start < 20  # the hanging evaluations were cut short
+    assert time.monotonic() - start < 40  # cut short: two 60 s sleeps would take 120 s
     evaluated = _evaluated(records)
     slow = [r for r in evaluated if r.trial % 4 == 1]
     assert slow and all(r.state == "FAIL" for r in slow)
@@ -164,11 +165,11 @@ def test_ray_eval_timeout_fails_only_the_slow_plan(ray_local: None, tmp_path: Pa
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    limit_s = 0.3
+    limit_s = 2.0
     start = time.monotonic()
     backend = RayBackend(2, None, 2, eval_timeout_s=limit_s, evaluate=_hang_every_fourth)
     records = _run(tmp_path, backend, 8, "lenet5")
-    assert time.monotonic() - start < 20  # cut short in the worker, not by the 30 s grace
+    assert time.monotonic() - start < 30  # cut short in the worker, not by the 30 s grace
     by_trial = {r.trial: r for r in records}
     assert sorted(by_trial) == list(range(8))
     for trial, r in by_trial.items():

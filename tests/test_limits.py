@@ -143,6 +143,9 @@ API_CASES: dict[str, Callable[[Path], Any]] = {
     "search-study-nul": lambda t: ft.search("mlp_relu", study="a\0b", out=t),
     "search-study-dotdot": lambda t: ft.search("mlp_relu", study="..", out=t),
     "search-trials": lambda t: ft.search("mlp_relu", trials=0, out=t),
+    "search-space-type": lambda t: ft.search("mlp_relu", space=123, out=t),  # type: ignore[arg-type]
+    "search-eval-timeout": lambda t: ft.search("mlp_relu", eval_timeout_s=-1, out=t),
+    "search-checkpoint-nan": lambda t: ft.search("mlp_relu", checkpoint_s=math.nan, out=t),
     "input-shapes-overflow": lambda t: ft.load_onnx(
         _onnx(t, TensorProto.FLOAT), {"x": (2**40, 2**40)}
     ),

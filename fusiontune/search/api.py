@@ -14,6 +14,7 @@ Stages, in order:
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -130,6 +131,8 @@ def search(
 
     check_workers(workers)
     _check_seed(seed)
+    _check_seconds("eval_timeout_s", eval_timeout_s, allow_none=True)
+    _check_seconds("checkpoint_s", checkpoint_s, allow_none=False)
     if study is not None:
         check_study_name(study)
     graph = _load_graph(graph_or_name, input_size, input_shapes)
@@ -241,6 +244,16 @@ def _first_missing(path: Path) -> Path | None:
             break
         missing = folder
     return missing
+
+
+def _check_seconds(name: str, value: object, allow_none: bool) -> None:
+    """A duration in seconds: a finite number (> 0 for a time limit, >= 0 for an interval)."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (allow_none and value == 0):  # type: ignore[operator]
+        allowed = "a number of seconds > 0, or None for no limit" if allow_none else "seconds >= 0"
+        raise ConfigError(f"{name} = {value!r} is not allowed; give {allowed}")
 
 
 def _check_writable(out_dir: Path) -> None:
