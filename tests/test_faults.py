@@ -346,7 +346,7 @@ def test_ray_starts_local_only_without_dashboard() -> None:
 def test_a_failing_baseline_is_recorded_and_the_search_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fusiontune.search.oracle as oracle
+    import fusiontune.search.optimize as optimize
     import fusiontune.sim.cost as cost
     from fusiontune.search.api import search
 
@@ -361,7 +361,7 @@ def test_a_failing_baseline_is_recorded_and_the_search_goes_on(
         raise MemoryError("solver ran out of memory")
 
     monkeypatch.setattr(cost, "simulate", unfused_raises)
-    monkeypatch.setattr(oracle, "exact_optimum", oracle_raises)
+    monkeypatch.setattr(optimize, "optimal_plan", oracle_raises)
     result = search("mlp_relu", trials=6, out=tmp_path, sampler="random", seed=1)
     rows = result.trials.set_index("source")
     assert rows.loc["unfused", "state"] == "FAIL"
