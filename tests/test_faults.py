@@ -208,7 +208,14 @@ def _start_driver(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    """The driver takes Ctrl-C even when this suite runs as a background job, whose processes
+    inherit SIGINT ignored (the shell's rule for background jobs without job control)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_rows(proc: subprocess.Popen[str], table: Path, rows: int) -> list[int]:

@@ -193,6 +193,14 @@ def test_a_flush_interrupted_twice_stores_every_trial_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C arrives while the storage commits a trial, in two flushes in a row."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # even in a background job
+    try:
+        _interrupted_twice(tmp_path, monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
     store.flush_interval_s = 1e9  # flushed at the end of the run, then by hand

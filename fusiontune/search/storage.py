@@ -389,10 +389,13 @@ _deferring = threading.local()
 def deferred_interrupt(reraise: bool = True) -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) until the block is done, then raise it (``reraise``) or drop it:
     a trial is either stored and numbered, or not stored at all. Nested blocks defer to the
-    outermost one; outside the main thread this does nothing (signals go to the main thread).
+    outermost one; outside the main thread this does nothing (signals go to the main thread),
+    and a process that ignores SIGINT (started in the background) keeps ignoring it.
     """
-    if threading.current_thread() is not threading.main_thread() or getattr(
-        _deferring, "active", False
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or getattr(_deferring, "active", False)
+        or not callable(signal.getsignal(signal.SIGINT))  # ignored (a background job): keep it so
     ):
         yield
         return
