@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             "max_rel_err": verified.max_rel_err,
             "counted_act_bytes": verified.counted_act_bytes,
             "analytic_act_bytes": verified.analytic_act_bytes,
+            "self_compared_ops": list(verified.self_compared_ops),
         }
     if args.json:
         print(json.dumps(report, indent=2, default=str))

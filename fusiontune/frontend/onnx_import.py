@@ -8,7 +8,7 @@ The pipeline, top to bottom:
 4. walk the nodes in topological order: ``Constant`` nodes and initializers become constant
    tensors, nodes whose inputs are all constant (and ``Shape``/``Size`` of a static tensor)
    are folded, every other node becomes an :class:`~fusiontune.ir.graph.Op` whose output
-   shapes come from :func:`~fusiontune.ir.shapes.infer_op_shapes`, or from
+   shapes come from the op registry (:func:`~fusiontune.ops.infer_op_shapes`), or from
    ``onnx.shape_inference`` for the ops it does not know (a two-input ``Sum`` becomes the
    equivalent ``Add``, so residual sums are BINARY);
 5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
@@ -31,29 +31,15 @@ from onnx import numpy_helper
 
 from fusiontune import limits
 from fusiontune.errors import FusiontuneError, ModelLoadError
-from fusiontune.ir import opclass
 from fusiontune.ir.graph import Graph, Op, Tensor
-from fusiontune.ir.shapes import SHAPE_OP_TYPES, infer_op_shapes
+from fusiontune.ops import KNOWN_OP_TYPES, def_of, infer_op_shapes
 
 MIN_OPSET = 11
 """Oldest default-domain opset read directly; older models go through the version converter."""
 MAX_OPSET = 21
-"""Newest default-domain opset read directly (issue 2: opsets 11-21)."""
+"""Newest default-domain opset read directly (opsets 11-21 are supported)."""
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
-KNOWN_OP_TYPES = frozenset(
-    opclass.LINEAR_TYPES
-    | opclass.ARITH_TYPES
-    | opclass.AFFINE_TYPES
-    | opclass.ELEMWISE_TYPES
-    | opclass.BINARY_ONLY_TYPES
-    | opclass.WINDOW_TYPES
-    | opclass.STATS_TYPES
-    | opclass.LAYOUT_TYPES
-    | {"BatchNormalization"}
-    | SHAPE_OP_TYPES
-)
-"""Op types the IR knows; any other type loads as OPAQUE with a warning."""
 
 NONDETERMINISTIC_TYPES = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -62,7 +48,6 @@ NONDETERMINISTIC_TYPES = frozenset(
 """Never constant-folded: their value changes from run to run."""
 
 ACTIVATION_DTYPE = "float32"
-_INDEX_OUTPUTS = {("MaxPool", 1): "int64", ("Dropout", 1): "bool"}  # ONNX output types
 _MODEL_PROTO_FIRST_TAG = 0x08  # (field 1 << 3) | varint wire type, per the protobuf encoding
 _FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
 HINT_SIZES = (224, 128, 64, 32, 16, 8, 1)
@@ -556,14 +541,9 @@ class _Importer:
     def _fold(self, node: onnx.NodeProto, op: Op) -> bool:
         """Fold ``op`` into constants when its value is known now; True when folded."""
         present = [t for t in node.input if t]
-        if op.op_type in ("Shape", "Size") and present and present[0] in self.tensors:
-            shape = self.tensors[present[0]].shape
-            if op.op_type == "Size":
-                value = np.array(int(np.prod(shape)), dtype=np.int64)
-            else:
-                end = op.attr("end")
-                value = np.array(shape[int(op.attr("start", 0)) : end], dtype=np.int64)
-            self.constants[node.output[0]] = value
+        static_value = def_of(op).static_value
+        if static_value is not None and present and present[0] in self.tensors:
+            self.constants[node.output[0]] = static_value(op, self.tensors[present[0]].shape)
             return True
         if not present or op.op_type in NONDETERMINISTIC_TYPES:
             return False
@@ -610,7 +590,7 @@ class _Importer:
         """(shape, dtype) of each output: our inference, else onnx.shape_inference."""
         ours: list[tuple[int, ...] | None] = [None] * len(op.outputs)
         our_error: FusiontuneError | None = None
-        if op.op_type in SHAPE_OP_TYPES and not op.domain:
+        if def_of(op).shape is not None:
             try:
                 ours = list(infer_op_shapes(op, self.tensors))
             except FusiontuneError as exc:
@@ -639,13 +619,14 @@ class _Importer:
         return result
 
     def _dtype(self, op: Op, k: int, elem_type: int) -> str:
-        if op.op_type == "Cast":
-            return _np_dtype_name(int(op.attr("to")))
+        d = def_of(op)
+        if d.dtype_attr is not None:
+            return _np_dtype_name(int(op.attr(d.dtype_attr)))
         if elem_type:
             return _np_dtype_name(elem_type)
-        if (op.op_type, k) in _INDEX_OUTPUTS:
-            return _INDEX_OUTPUTS[op.op_type, k]
-        data = op.inputs[1] if op.op_type == "Where" else op.inputs[0] if op.inputs else ""
+        if k in d.out_dtypes:
+            return d.out_dtypes[k]
+        data = op.inputs[d.data_input] if len(op.inputs) > d.data_input else ""
         return self.tensors[data].dtype if data in self.tensors else ACTIVATION_DTYPE
 
     def _onnx_node_shapes(

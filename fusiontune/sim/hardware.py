@@ -23,6 +23,7 @@ from typing import Any
 from fusiontune.errors import ConfigError, check_keys, closest
 
 KIB = 1024
+BITS_PER_BYTE = 8
 
 # Accelergy hwcomponents-library, ISAAC components: 32 nm SAR ADC at 1.2 GS/s (Kull ISSCC'13
 # scaled per Saberi'11), energy per conversion in pJ by resolution in bits.
@@ -166,7 +167,7 @@ class HardwareConfig:
     @property
     def act_bytes(self) -> int:
         """Bytes per activation element (DESIGN §6)."""
-        return math.ceil(self.act_bits / 8)
+        return math.ceil(self.act_bits / BITS_PER_BYTE)
 
     @property
     def weight_slices(self) -> int:
@@ -190,7 +191,7 @@ class HardwareConfig:
 
     def weight_bytes(self, n_weights: int) -> int:
         """Bytes of ``n_weights`` weights at ``weight_bits`` each."""
-        return math.ceil(n_weights * self.weight_bits / 8)
+        return math.ceil(n_weights * self.weight_bits / BITS_PER_BYTE)
 
     # ---- (de)serialisation ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
