@@ -81,9 +81,11 @@ def test_a_postgresql_url_without_a_driver_says_what_to_install(
     assert "secret" not in str(err.value) and "me:***@db.example" in str(err.value)
 
 
-def _driver(url: str, out: Path, trials: int, resume: bool) -> subprocess.Popen[str]:
+def _driver(
+    url: str, out: Path, trials: int, resume: bool, study: str = "shared"
+) -> subprocess.Popen[str]:
     argv = ["search", "lenet5", "--backend", "serial", "--workers", "1", "--sampler", "random",
-            "--trials", str(trials), "--storage", url, "--out", str(out), "--study", "shared",
+            "--trials", str(trials), "--storage", url, "--out", str(out), "--study", study,
             "--checkpoint-every", "0.5", *(["--resume"] if resume else [])]  # fmt: skip
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
@@ -97,13 +99,45 @@ def _driver(url: str, out: Path, trials: int, resume: bool) -> subprocess.Popen[
     )
 
 
+def _has_study(url: str, name: str) -> bool:
+    """Whether the study exists yet (False while the driver is still creating the tables)."""
+    import optuna
+
+    try:
+        return name in optuna.get_all_study_names(storage=url)
+    except Exception:
+        return False
+
+
+def test_drivers_started_together_on_a_new_database_both_open_it(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Two drivers race to create Optuna's tables in a new database: neither fails."""
+    import subprocess as sp
+
+    db = f"race{os.getpid()}"
+    base, _, query = postgres_url.partition("?")
+    admin = base.rsplit("/", 1)[0]
+    code = (
+        "import sys, psycopg; c = psycopg.connect(sys.argv[1], autocommit=True); "
+        "c.execute(f'CREATE DATABASE {sys.argv[2]}')"
+    )
+    conninfo = f"dbname=postgres user=postgres host={query.removeprefix('host=')}"
+    sp.run([sys.executable, "-c", code, conninfo, db], check=True, timeout=60)
+    url = f"{admin}/{db}?{query}"
+    procs = [_driver(url, tmp_path / name, 5, resume=False, study=name) for name in "ab"]
+    for proc in procs:
+        _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+        assert proc.returncode == 0, err
+
+
 def test_two_drivers_share_one_study_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     import optuna
 
     spec: StorageSpec = storage_for(postgres_url, tmp_path)
     first = _driver(postgres_url, tmp_path / "a", 200, resume=False)
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
-    while "shared" not in optuna.get_all_study_names(storage=spec.target):
+    while not _has_study(spec.target, "shared"):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.2)
     second = _driver(postgres_url, tmp_path / "b", 260, resume=True)  # at least 60 of its own

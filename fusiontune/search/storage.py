@@ -463,10 +463,8 @@ def _open(
     import optuna
     from optuna.trial import TrialState
 
-    try:
-        existing = optuna.get_all_study_names(storage=spec.target)
-    except Exception as exc:
-        raise StorageError(f"study storage '{spec.label}' cannot be opened: {exc}") from exc
+    storage = _connect(spec)
+    existing = optuna.get_all_study_names(storage=storage)
     if name in existing and not resume:
         raise StorageError(
             f"study '{name}' already exists in {spec.label}; pass --resume to continue it, "
@@ -487,7 +485,7 @@ def _open(
             before_create()
         try:
             persistent = optuna.create_study(
-                storage=spec.target, sampler=sampler, study_name=name, directions=problem.directions
+                storage=storage, sampler=sampler, study_name=name, directions=problem.directions
             )
             persistent.set_user_attr(IDENTITY_ATTR, identity)
             persistent.set_user_attr("space", problem.space.to_dict())
@@ -504,7 +502,7 @@ def _open(
             for params in problem.start_params():
                 memory.enqueue_trial(params)
         return StudyStore(persistent, memory, 0, flush_interval_s, spec=spec)
-    persistent = optuna.load_study(study_name=name, storage=spec.target, sampler=sampler)
+    persistent = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     _check_identity(name, spec, persistent.user_attrs.get(IDENTITY_ATTR), identity)
     if before_create is not None:
         before_create()
@@ -516,6 +514,38 @@ def _open(
     return StudyStore(
         persistent, memory, offset, flush_interval_s, {r.trial for r in old}, spec=spec
     )
+
+
+SCHEMA_RACE_TEXT = ("alembic_version", "duplicate key", "already exists", "UniqueViolation")
+"""Errors of two processes creating Optuna's tables in one new database at the same moment."""
+
+CONNECT_ATTEMPTS = 4
+"""Tries to open a storage whose tables another driver is creating right now."""
+
+
+def _connect(spec: StorageSpec) -> Any:
+    """The Optuna storage object, opened once. Drivers started together on a new database
+    race to create Optuna's tables (one gets a duplicate-key error): retry after a pause.
+
+    Raises:
+        StorageError: the storage cannot be opened (names it and the reason).
+    """
+    import random
+
+    import optuna
+
+    for attempt in range(CONNECT_ATTEMPTS):
+        try:
+            storage = optuna.storages.get_storage(spec.target)
+            optuna.get_all_study_names(storage=storage)  # proves the tables are there
+            return storage
+        except Exception as exc:
+            racing = any(text in str(exc) for text in SCHEMA_RACE_TEXT)
+            if racing and attempt + 1 < CONNECT_ATTEMPTS:
+                time.sleep(0.5 + random.random())
+                continue
+            raise StorageError(f"study storage '{spec.label}' cannot be opened: {exc}") from exc
+    raise AssertionError("unreachable")
 
 
 def _check_identity(name: str, spec: StorageSpec, stored: Any, identity: dict[str, str]) -> None:
