@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "IllegalPlanError": "fusiontune.errors",
     "ConfigError": "fusiontune.errors",
     "StorageError": "fusiontune.errors",
+    "ResourceLimitError": "fusiontune.errors",
+    "memory_limit": "fusiontune.limits",
+    "set_memory_limit": "fusiontune.limits",
     # IR
     "Tensor": "fusiontune.ir.graph",
     "Op": "fusiontune.ir.graph",
@@ -67,8 +70,9 @@ _EXPORTS: dict[str, str] = {
     "optimal_plan": "fusiontune.search.optimize",
     "OptimalPlan": "fusiontune.search.optimize",
     "search": "fusiontune.search.api",
-    "SearchResult": "fusiontune.search.api",
+    "SearchResult": "fusiontune.search.results",
     "load_results": "fusiontune.search.results",
+    "read_parquet": "fusiontune.search.results",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -673,6 +673,7 @@ def execute(
     Raises:
         IllegalPlanError: the plan is illegal (with ``check``) or cannot be executed.
         ExecutionInputError: an input is missing or has the wrong shape.
+        ResourceLimitError: the graph's tensors need more than the memory limit.
     """
     if numerics not in NUMERICS:
         from fusiontune.errors import closest
@@ -686,6 +687,9 @@ def execute(
         from fusiontune.planner.legality import check_plan
 
         check_plan(graph, plan)
+    from fusiontune.limits import check_graph
+
+    check_graph(graph, "executing it")
     hw = hw or HardwareConfig()
     matmul: MatmulFn = matmul_float
     if numerics == "cim":
