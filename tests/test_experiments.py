@@ -268,3 +268,22 @@ def test_scale_serial_passes_and_projection() -> None:
     assert 0 < driver["eval_s_per_trial"] < driver["s_per_trial"]
     text = exp.projection(rows, startup, [driver])
     assert any("64 x" in line for line in text)
+
+
+# ---- exp_export ---------------------------------------------------------------------------
+def test_export_rows_on_a_merged_mlp(tmp_path: Path) -> None:
+    """mlp_wide (256 -> 4096 -> 16): every plan merges it into one 256 x 16 Gemm."""
+    exp = _load("exp_export")
+    from fusiontune.sim.hardware import load_hardware
+
+    hws = [load_hardware("isaac_ddr")]
+    result = exp.run_model("mlp_wide", 256, hws, tmp_path, kinds=("greedy", "merge"))
+    assert [r["plan"] for r in result.rows] == ["greedy", "merge"]
+    for row in result.rows:
+        assert row["ops"] == 2 and row["groups"] == row["exported_nodes"] == 1
+        assert row["params_after"] == 256 * 16 + 16 < row["params_before"]
+        assert row["max_rel_err"] <= exp.TOLERANCE and row["within_1e-5"]
+        assert row["roundtrip_traffic_equal"]
+        assert 1 <= row["ort_nodes"] <= 2 and row["ort_nodes_of_export"] == 1
+        assert row["tvm_like_groups"] == 2  # FuseOps never joins two matmuls
+    assert exp.tvm_counts(None, [result.onnx_path]) == ({}, "")

@@ -310,7 +310,8 @@ def test_dynamic_dimension_needs_input_shapes(tmp_path: Path) -> None:
         load_onnx(path)
     assert str(info.value) == (
         f"{path}: input 'x' dimension 0 ('batch') is dynamic; give static shapes: "
-        "input_shapes={'x': (1, 3, 8, 8)} in Python or --input-shape x=1,3,8,8 on the CLI"
+        "input_shapes={'x': (1, 3, 8, 8)} in Python or --input-shape x=1,3,8,8 on the CLI "
+        "(checked: the model loads with these)"
     )
     graph = load_onnx(path, input_shapes={"x": (2, 3, 8, 8)})
     assert graph.tensors["y"].shape == (2, 3, 8, 8)

@@ -113,6 +113,9 @@ class _ZooBuilder(GraphBuilder):
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
         if self.placeholder:
             return self.const(name, np.broadcast_to(np.float32(0.0), tuple(shape)))
+        from fusiontune.limits import check_tensor
+
+        check_tensor(name, shape, 4, f"zoo model '{self.name}'")
         w = self.rng.standard_normal(tuple(shape), dtype=np.float32)
         w *= np.float32(math.sqrt(2.0 / max(fan_in, 1)))  # He-normal
         w.flags.writeable = False  # Tensor keeps read-only arrays without copying them

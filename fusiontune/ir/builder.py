@@ -92,6 +92,9 @@ class GraphBuilder:
 
     # ---- weights ------------------------------------------------------------------------
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
+        from fusiontune.limits import check_tensor
+
+        check_tensor(name, shape, 8, f"graph '{self.name}'")  # drawn as float64, then cast
         w = self.rng.standard_normal(tuple(shape)) * np.sqrt(2.0 / max(fan_in, 1))
         return self.const(name, w.astype(np.float32))
 

@@ -82,11 +82,14 @@ class _Replay:
         nodes: list,  # type: ignore[type-arg]
         stored: list[str],
         limit: int | None = None,
+        detail: bool = False,
     ) -> None:
         from fusiontune.sim.runner import node_row_map
 
         self.graph = graph
         self.limit = limit
+        self.detail = detail
+        self.snapshot: dict[str, int] = {}  # rows per tensor at the peak (with ``detail``)
         self.used = self.peak = self.whole = self.acc = 0
         self.at_peak = (0, 0, "")
         self.maps: dict[str, RowMap] = {n.name: node_row_map(graph, n) for n in nodes}
@@ -112,6 +115,8 @@ class _Replay:
         if self.used > self.peak:
             self.peak = self.used
             self.at_peak = (self.whole, self.acc, tensor)
+            if self.detail:
+                self.snapshot = {t.name: t.hi - t.lo for t in self.ts.values() if t.hi > t.lo}
             if self.limit is not None and self.peak > self.limit:
                 raise _PastLimit
 
@@ -252,6 +257,17 @@ def group_peak(graph: Graph, group: Group, limit: int | None = None) -> Peak:
     while len(_CACHE) > MAX_CACHED_GROUPS:
         _CACHE.popitem(last=False)
     return hit
+
+
+def peak_rows(graph: Graph, group: Group) -> dict[str, int]:
+    """Rows each tensor holds at the peak moment of the group's schedule."""
+    from fusiontune.sim.execute import group_structure, stored_tensors
+
+    replay = _Replay(
+        graph, group_structure(graph, group), stored_tensors(graph, group), detail=True
+    )
+    replay.run()
+    return dict(replay.snapshot)
 
 
 def clear_cache() -> None:

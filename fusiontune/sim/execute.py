@@ -502,6 +502,7 @@ def execute(
         CapacityError: a group does not fit ``hw.buffer_bytes`` even one row at a time (or
             at the given ``band_rows``).
         ExecutionInputError: an input is missing or has the wrong shape.
+        ResourceLimitError: the graph's tensors need more than the memory limit.
     """
     if numerics not in NUMERICS:
         from fusiontune.errors import closest
@@ -515,6 +516,9 @@ def execute(
         from fusiontune.planner.legality import check_plan
 
         check_plan(graph, plan)
+    from fusiontune.limits import check_graph
+
+    check_graph(graph, "executing it")
     hw = hw or HardwareConfig()
     if band_rows is not None and (isinstance(band_rows, bool) or not isinstance(band_rows, int)
                                   or band_rows < 1):  # fmt: skip

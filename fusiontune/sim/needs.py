@@ -130,6 +130,37 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
     )
 
 
+@dataclass(frozen=True)
+class LineBuffer:
+    """Rows of one tensor on chip at the peak of the group's schedule.
+
+    Attributes:
+        tensor: the tensor (produced in the group, or staged from DRAM).
+        rows: rows it holds at that moment (along its row axis, ``sim/rows.py``).
+        elems: activation elements held.
+    """
+
+    tensor: str
+    rows: int
+    elems: int
+
+
+def line_buffers(graph: Graph, group: Group) -> tuple[LineBuffer, ...]:
+    """What the group holds on chip at its peak, tensor by tensor (a schedule lists it).
+
+    The elements add up to the peak less global-pool accumulators (and a non-overlapping
+    pool's partial output row), which are not tensors' rows.
+    """
+    from fusiontune.sim.capacity import peak_rows
+    from fusiontune.sim.rows import row_elems
+
+    return tuple(
+        LineBuffer(t, rows, rows * row_elems(graph, t))
+        for t, rows in peak_rows(graph, group).items()
+        if rows
+    )
+
+
 def graph_names(graph: Graph) -> tuple[str, ...]:
     """Op names by topological position."""
     return tuple(op.name for op in graph.ops)

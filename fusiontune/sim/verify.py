@@ -207,6 +207,9 @@ def verify(
         rtol = CIM_RTOL_DEFAULT if numerics == "cim" else FLOAT_RTOL_DEFAULT
     if atol is None:
         atol = ATOL_DEFAULT
+    from fusiontune.limits import check_graph
+
+    check_graph(graph, "verifying it (the reference run and the execution)")
     inputs, want = _reference(graph, seed)
     run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check)
     errors = tuple(output_error(t, run.outputs[t], want[t], rtol, atol) for t in graph.outputs)
