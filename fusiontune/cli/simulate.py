@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
             "max_rel_err": verified.max_rel_err,
             "counted_act_bytes": verified.counted_act_bytes,
             "analytic_act_bytes": verified.analytic_act_bytes,
+            "measured_peak_buffer_bytes": verified.measured_peak_bytes,
+            "model_peak_buffer_bytes": max(verified.model_peak_bytes, default=0),
+            "buffer_ok": verified.buffer_ok,
             "self_compared_ops": list(verified.self_compared_ops),
         }
     if args.json:

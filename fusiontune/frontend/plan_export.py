@@ -360,6 +360,11 @@ class _GroupBody:
 
     # -- compiled steps -----------------------------------------------------------------
     def _emit(self, node: Node) -> None:
+        self._emit_step(node)
+        for op in node.epilogue:  # element-wise ops the executor applies to each band
+            self._emit_op(op)
+
+    def _emit_step(self, node: Node) -> None:
         p = node.linear
         if p is None or (node.op is not None and len(node.folded) <= 1):
             assert node.op is not None
@@ -367,7 +372,10 @@ class _GroupBody:
             return
         self.folded += node.folded[1:]
         label = self.names.fresh("+".join(node.folded))
-        out = node.outputs[0]
+        # the step's own output: what its epilogue reads, else the node's output
+        out = (
+            self.graph.activation_inputs(node.epilogue[0])[0] if node.epilogue else node.outputs[0]
+        )
         x = node.inputs[0]
         if p.kind == "conv":
             assert p.source_op is not None

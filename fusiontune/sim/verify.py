@@ -14,8 +14,11 @@ Default tolerances:
   ~1 % (one part in 127 per operand); the report exists to show the number, the threshold only
   flags a plan whose quantization broke it.
 
-The traffic self-check compares the bytes counted at the instrumented store with
-``simulate(...)``'s analytic activation traffic; they must be equal (DESIGN §6).
+The execution runs inside the hardware's on-chip buffer one row a step (the least-buffer
+schedule), so it also measures what each group holds. Two checks of the analytic model against
+that measurement (DESIGN §6): the bytes the DMA counted must equal ``simulate(...)``'s activation
+traffic, and each group's measured peak must satisfy ``measured <= model <= 1.25 x measured``
+(``BUFFER_MODEL_SLACK``) for the model's ``buffer_needed_bytes``.
 
 Ops without a fused kernel of their own (``SAME_AS_REFERENCE`` in the op registry) run the
 reference kernel in both runs: for them the comparison checks the plan's data movement
@@ -35,6 +38,7 @@ from fusiontune.planner.plan import Plan
 from fusiontune.sim.execute import Execution, execute
 from fusiontune.sim.hardware import HardwareConfig
 
+BUFFER_MODEL_SLACK = 1.25  # the model may over-predict a group's peak by at most 25 %
 FLOAT_RTOL_DEFAULT = 1e-4  # float32 fused vs reference, relative to max|reference|
 CIM_RTOL_DEFAULT = 5e-2  # CIM numerics: 8-bit quantization gives ~1e-2
 ATOL_DEFAULT = 1e-6  # absolute floor for outputs that are (close to) all zero
@@ -91,6 +95,9 @@ class VerifyReport:
         analytic_act_bytes: ``simulate(...)``'s activation bytes.
         traffic_ok: the two byte counts are equal.
         execution: the :class:`Execution` (outputs and per-group bytes).
+        model_peak_bytes: per group, in execution order, the model's ``buffer_needed_bytes``.
+        buffer_ok: every group's measured peak is at most the model's, and the model's at
+            most ``BUFFER_MODEL_SLACK`` times the measured one.
         self_compared_types: ``(op type, count)`` of the self-compared ops, most first.
     """
 
@@ -105,6 +112,13 @@ class VerifyReport:
     traffic_ok: bool
     execution: Execution
     self_compared_types: tuple[tuple[str, int], ...] = ()
+    model_peak_bytes: tuple[int, ...] = ()
+    buffer_ok: bool = True
+
+    @property
+    def measured_peak_bytes(self) -> int:
+        """The most bytes any group held on chip (measured)."""
+        return self.execution.peak_buffer_bytes
 
     @property
     def outputs_ok(self) -> bool:
@@ -112,8 +126,8 @@ class VerifyReport:
 
     @property
     def passed(self) -> bool:
-        """Outputs within tolerance and traffic self-check equal."""
-        return self.outputs_ok and self.traffic_ok
+        """Outputs within tolerance, counted bytes equal and measured peaks within the model."""
+        return self.outputs_ok and self.traffic_ok and self.buffer_ok
 
     @property
     def max_rel_err(self) -> float:
@@ -150,6 +164,12 @@ class VerifyReport:
         lines.append(
             f"  activation traffic: counted {self.counted_act_bytes} B, analytic "
             f"{self.analytic_act_bytes} B {'equal' if self.traffic_ok else 'DIFFER'}"
+        )
+        model = max(self.model_peak_bytes, default=0)
+        lines.append(
+            f"  on-chip buffer: measured peak {self.measured_peak_bytes:,} B, model "
+            f"{model:,} B {'within' if self.buffer_ok else 'OUTSIDE'} [measured, "
+            f"{BUFFER_MODEL_SLACK:g}x measured] per group"
         )
         lines.append(f"  {self.self_compared_line}")
         return "\n".join(lines)
@@ -189,6 +209,7 @@ def verify(
     rtol: float | None = None,
     atol: float | None = None,
     check: bool = True,
+    band_rows: int | None = 1,
 ) -> VerifyReport:
     """Execute ``plan`` and compare it with the op-by-op reference on seeded inputs.
 
@@ -202,6 +223,12 @@ def verify(
         atol: absolute tolerance (default ``1e-6``).
         check: run the planner's legality check before executing; ``False`` runs illegal
             plans, which is how the lecture's traps are shown to fail.
+        band_rows: rows per step of the execution (1: the least-buffer schedule the model
+            predicts; ``None``: as many as the buffer allows, faster, and the buffer check
+            then only bounds the peak by the buffer).
+
+    Raises:
+        CapacityError: a group of the plan does not fit the hardware's buffer.
     """
     if rtol is None:
         rtol = CIM_RTOL_DEFAULT if numerics == "cim" else FLOAT_RTOL_DEFAULT
@@ -211,9 +238,15 @@ def verify(
 
     check_graph(graph, "verifying it (the reference run and the execution)")
     inputs, want = _reference(graph, seed)
-    run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check)
+    run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check, band_rows=band_rows)
     errors = tuple(output_error(t, run.outputs[t], want[t], rtol, atol) for t in graph.outputs)
     analytic = analytic_act_bytes(graph, plan, hw)
+    model = model_peaks(graph, plan, hw)
+    measured = run.group_peak_buffer_bytes
+    if band_rows == 1:
+        buffer_ok = all(m <= p <= BUFFER_MODEL_SLACK * m for m, p in zip(measured, model))
+    else:
+        buffer_ok = run.peak_buffer_bytes <= (hw or HardwareConfig()).buffer_bytes
     return VerifyReport(
         graph=graph.name,
         plan_hash=plan.hash,
@@ -228,4 +261,16 @@ def verify(
         self_compared_types=tuple(
             Counter(graph.op(n).op_type for n in run.reference_kernel_ops).most_common()
         ),
+        model_peak_bytes=model,
+        buffer_ok=buffer_ok,
+    )
+
+
+def model_peaks(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> tuple[int, ...]:
+    """The model's ``buffer_needed_bytes`` of each group, in execution order."""
+    from fusiontune.sim.cost import group_cost
+    from fusiontune.sim.execute import group_order
+
+    return tuple(
+        group_cost(graph, plan.groups[i], hw).buffer_needed_bytes for i in group_order(graph, plan)
     )
