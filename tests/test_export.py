@@ -339,8 +339,9 @@ def test_schedule_lists_groups_in_execution_order_with_consistent_bytes(tmp_path
         lines = sum(b["bytes"] for b in entry["line_buffers"])
         buffer = entry["buffer"]
         assert buffer["needed_bytes"] == needs.buffer_elems * hw.act_bytes
-        assert buffer["stream_bytes"] + buffer["whole_bytes"] + buffer["accumulator_bytes"] == (
-            buffer["needed_bytes"]
+        assert (
+            buffer["stream_bytes"] + buffer["whole_bytes"] + buffer["accumulator_bytes"]
+            == (buffer["needed_bytes"])
         )
         assert lines <= buffer["needed_bytes"]  # less accumulators and partial pool rows
         assert sum(w["crossbars"] for w in entry["weights"]) == entry["crossbars"]

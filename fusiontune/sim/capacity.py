@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Group
@@ -79,7 +80,7 @@ class _Replay:
     def __init__(
         self,
         graph: Graph,
-        nodes: list,  # type: ignore[type-arg]
+        nodes: list[Any],
         stored: list[str],
         limit: int | None = None,
         detail: bool = False,

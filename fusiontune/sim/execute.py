@@ -48,7 +48,7 @@ from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.rows import RowKind, row_map
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, node_row_map
 
-BAND_ELEMS_TARGET = 16384  # elements per band of each tensor: keeps im2col bands in L2
+BAND_ELEMS_TARGET = 65536  # elements per band of each tensor (halved until a group fits the buffer)
 NUMERICS = ("float", "cim")
 
 

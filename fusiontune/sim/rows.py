@@ -163,14 +163,14 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
             return whole
         shape = graph.tensors[x[0]].shape
         win = window_geometry(op, shape[2:], kernel_shape(graph, op))
-        streamed = tuple(t == x[0] for t in op.inputs)
+        data = tuple(t == x[0] for t in op.inputs)
         accumulate = (
             op.op_type in ACCUMULATING_POOLS
             and win.strides[0] == win.effective[0]
             and win.pads_begin[0] == win.pads_end[0] == 0
             and win.out_spatial[0] * win.strides[0] == shape[2]
         )
-        return RowMap(RowKind.WINDOW, streamed, win, accumulate)
+        return RowMap(RowKind.WINDOW, data, win, accumulate)
     axis, h_out = axes[out], height(graph, out)
     if axis is None:
         return whole
@@ -182,17 +182,17 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
     if op.op_class in (OpClass.AFFINE, OpClass.ELEMWISE, OpClass.BINARY) or (
         op.op_class is OpClass.STATS and _row_local_stats(graph, op, axis)
     ):
-        streamed = []
+        flags: list[bool] = []
         for t in op.inputs:
             if not t or graph.is_constant(t):
-                streamed.append(False)
+                flags.append(False)
             elif _aligned(graph, t, axis, h_out):
-                streamed.append(True)
+                flags.append(True)
             elif _broadcast(graph, t, out, axis):
-                streamed.append(False)
+                flags.append(False)
             else:
                 return whole
-        return RowMap(RowKind.POINT, tuple(streamed))
+        return RowMap(RowKind.POINT, tuple(flags))
     return whole
 
 

@@ -313,11 +313,12 @@ class GroupRunner:
         self._append(out_slot, a, rows, "computed rows")
         if out_slot.stored:
             self.dram.write_rows(self.index, out, out_slot.axis, a, rows)
-        for r in ranges:
-            if r is not None:
-                slot, low = r
-                slot.readers[node.name] = max(slot.readers[node.name], low)  # type: ignore[attr-defined]
-                self._release_to_readers(slot)
+        name = node.name  # type: ignore[attr-defined]
+        for entry in ranges:
+            if entry is not None:
+                reader, low = entry
+                reader.readers[name] = max(reader.readers[name], low)
+                self._release_to_readers(reader)
         self._release_to_readers(out_slot)
 
     def _compute_rows(
