@@ -202,7 +202,11 @@ def _fpn_neck() -> Any:
             self.c1 = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.BatchNorm2d(8), nn.ReLU())
             self.c2 = nn.Sequential(nn.Conv2d(8, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU())
             self.c3 = nn.Sequential(nn.Conv2d(16, 32, 3, 2, 1), nn.BatchNorm2d(32), nn.ReLU())
-            self.lat1, self.lat2, self.lat3 = nn.Conv2d(8, 8, 1), nn.Conv2d(16, 8, 1), nn.Conv2d(32, 8, 1)
+            self.lat1, self.lat2, self.lat3 = (
+                nn.Conv2d(8, 8, 1),
+                nn.Conv2d(16, 8, 1),
+                nn.Conv2d(32, 8, 1),
+            )
             self.up3 = nn.ConvTranspose2d(8, 8, 2, stride=2)
             self.out1, self.out2 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
 
@@ -253,8 +257,9 @@ def make_gemm_trans(path: Path) -> str:
     """x^T (transA) times W^T (transB) with alpha 0.5 and beta 2, then a plain Gemm."""
     rng = np.random.default_rng(SEED)
     nodes = [
-        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transA=1, transB=1,
-                         alpha=0.5, beta=2.0),  # fmt: skip
+        helper.make_node(
+            "Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transA=1, transB=1, alpha=0.5, beta=2.0
+        ),  # fmt: skip
         helper.make_node("Relu", ["h"], ["r"], name="relu"),
         helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2", alpha=1.5, beta=0.25),
     ]
@@ -268,11 +273,19 @@ def make_conv_auto_pad(mode: str) -> Callable[[Path], str]:
         rng = np.random.default_rng(SEED)
         nodes = [
             # even kernel, stride 2: SAME_UPPER and SAME_LOWER put the odd pad on opposite sides
-            helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", auto_pad=mode,
-                             kernel_shape=[2, 2], strides=[2, 2]),  # fmt: skip
+            helper.make_node(
+                "Conv",
+                ["x", "w1", "b1"],
+                ["c1"],
+                name="conv1",
+                auto_pad=mode,
+                kernel_shape=[2, 2],
+                strides=[2, 2],
+            ),  # fmt: skip
             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-            helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", auto_pad=mode,
-                             kernel_shape=[4, 4]),  # fmt: skip
+            helper.make_node(
+                "Conv", ["r1", "w2"], ["c2"], name="conv2", auto_pad=mode, kernel_shape=[4, 4]
+            ),  # fmt: skip
             helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
         ]
         inits = [_const("w1", (6, 3, 2, 2), rng), _const("b1", (6,), rng),
@@ -413,8 +426,10 @@ def probe(out_file: Path) -> list[dict[str, Any]]:
                     row["opset"] = int(made.rsplit(" ", 1)[-1])
                     row["ops"] = _describe(onnx.load(str(path)))
                 except Exception as exc:
-                    row["opset"] = opset
-                    row["ops"] = f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    row["opset"] = opset or "default"
+                    row["ops"] = (
+                        f"export failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    )
                 rows.append(row)
     out_file.write_text(json.dumps(rows, indent=1))
     return rows
