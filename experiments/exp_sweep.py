@@ -124,9 +124,7 @@ def export_one(name: str, exporters: Sequence[str], cache: Path) -> None:
         meta_path(name, exporter, cache).write_text(json.dumps(meta, indent=1))
 
 
-def run_exports(
-    names: Sequence[str], exporters: Sequence[str], cache: Path, force: bool
-) -> None:
+def run_exports(names: Sequence[str], exporters: Sequence[str], cache: Path, force: bool) -> None:
     """Export every (model, exporter) not already cached; one child process per model."""
     for name in names:
         todo = [e for e in exporters if force or not meta_path(name, e, cache).exists()]
@@ -391,7 +389,11 @@ def analyse_child(path: str, steps: Sequence[str], plan_file: str) -> None:
         try:
             row = {"step": step, "ok": True, **STEP_FUNCS[step](state)}
         except Exception as exc:
-            row = {"step": step, "ok": False, "error": f"{type(exc).__name__}: {one_line(str(exc))}"}
+            row = {
+                "step": step,
+                "ok": False,
+                "error": f"{type(exc).__name__}: {one_line(str(exc))}",
+            }
         proto.write(json.dumps(row) + "\n")
         proto.flush()
         if step == "load" and not row["ok"]:
@@ -526,7 +528,9 @@ def row_of(target: Target, meta: dict[str, Any], steps: dict[str, Any]) -> dict[
     row["loaded"] = bool(load.get("ok"))
     if row["loaded"]:
         row["opaque_share"] = load["opaque_ops"] / max(load["ops"], 1)
-        row["opaque_mac_share"] = (load["opaque_mac_ops"] / load["mac_ops"]) if load["mac_ops"] else 0.0
+        row["opaque_mac_share"] = (
+            (load["opaque_mac_ops"] / load["mac_ops"]) if load["mac_ops"] else 0.0
+        )
         row["opaque_macs_share"] = (load["opaque_macs"] / load["macs"]) if load["macs"] else 0.0
         row["opaque_types"] = " ".join(f"{t}:{n}" for t, n in sorted(load["opaque_types"].items()))
         for name in ("greedy", "optimum"):
@@ -750,14 +754,21 @@ def write_report(
         "op frequency and exporter forms in `exp_sweep_ops.md`.\n",
         "## Summary per exporter\n\n" + markdown_table(summary),
         "## Timings (baseline for the speed work)\n\n"
-        + (f"`fusiontune models`: median {models_s:.2f} s over {MODELS_REPEATS} runs.\n\n"
-           if models_s is not None else "")  # fmt: skip
+        + (
+            f"`fusiontune models`: median {models_s:.2f} s over {MODELS_REPEATS} runs.\n\n"
+            if models_s is not None
+            else ""
+        )  # fmt: skip
         + markdown_table(timings),
         "## Failures grouped by reason\n\n" + markdown_table(failures),
         "## Per file\n\n" + markdown_table(rows, table_cols),
-        "## Models\n\n" + markdown_table(
-            [{"model": t.model, "library": t.library, "kind": t.kind, "note": t.note}
-             for t in {t.model: t for t in targets}.values()]),  # fmt: skip
+        "## Models\n\n"
+        + markdown_table(
+            [
+                {"model": t.model, "library": t.library, "kind": t.kind, "note": t.note}
+                for t in {t.model: t for t in targets}.values()
+            ]
+        ),  # fmt: skip
         "## Notes\n\n" + "\n".join(f"- {n}" for n in NOTES) + "\n",
         machine_line() + "\n",
     ]

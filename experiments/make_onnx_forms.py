@@ -45,11 +45,11 @@ class Form:
     """One corpus file: its stem, how it is made, and what it shows."""
 
     name: str
-    make: Callable[[Path], str]  # writes the file; returns "torchscript opset N" or "onnx.helper"
+    make: Callable[[Path], str]  # writes the file; returns how it was made
     shows: str
 
 
-# ---- torch-made forms -----------------------------------------------------------------------------
+# ---- torch-made forms ------------------------------------------------------------------------
 def _torch_export(
     module: Any, args: tuple[Any, ...], path: Path, opset: int | None, dynamo: bool = False,
     training: bool = False,
@@ -73,8 +73,13 @@ def _torch_export(
         with torch.no_grad():
             torch.onnx.export(module, args, str(path), **kwargs)
     model = onnx.load(str(path))
+    if dynamo:  # its node metadata holds stack traces with this machine's paths: drop them
+        for node in model.graph.node:
+            del node.metadata_props[:]
+        onnx.save(model, str(path))
     version = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    return f"torch {torch.__version__.split('+')[0]} {'dynamo' if dynamo else 'torchscript'} exporter, opset {version}"
+    which = "dynamo" if dynamo else "torchscript"
+    return f"torch {torch.__version__.split('+')[0]} {which} exporter, opset {version}"
 
 
 def _seeded() -> Any:
@@ -231,7 +236,7 @@ def make_fpn(dynamo: bool) -> Callable[[Path], str]:
     return make
 
 
-# ---- onnx.helper-made forms (torch does not emit them) --------------------------------------------
+# ---- onnx.helper-made forms (torch does not emit them) ----------------------------------------
 def _const(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> onnx.TensorProto:
     return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
 
@@ -259,7 +264,7 @@ def make_gemm_trans(path: Path) -> str:
     nodes = [
         helper.make_node(
             "Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transA=1, transB=1, alpha=0.5, beta=2.0
-        ),  # fmt: skip
+        ),
         helper.make_node("Relu", ["h"], ["r"], name="relu"),
         helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="fc2", alpha=1.5, beta=0.25),
     ]
@@ -281,11 +286,11 @@ def make_conv_auto_pad(mode: str) -> Callable[[Path], str]:
                 auto_pad=mode,
                 kernel_shape=[2, 2],
                 strides=[2, 2],
-            ),  # fmt: skip
+            ),
             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
             helper.make_node(
                 "Conv", ["r1", "w2"], ["c2"], name="conv2", auto_pad=mode, kernel_shape=[4, 4]
-            ),  # fmt: skip
+            ),
             helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
         ]
         inits = [_const("w1", (6, 3, 2, 2), rng), _const("b1", (6,), rng),

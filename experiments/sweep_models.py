@@ -101,9 +101,7 @@ def _tv(name: str, side: int = IMAGE_SIDE, **kwargs: Any) -> Callable[[], Built]
     def build() -> Built:
         import torchvision
 
-        model = torchvision.models.get_model(
-            name, weights=None, num_classes=NUM_CLASSES, **kwargs
-        )
+        model = torchvision.models.get_model(name, weights=None, num_classes=NUM_CLASSES, **kwargs)
         return model, (_image(side),), ["x"]
 
     return build
@@ -124,8 +122,9 @@ def _tv_maxvit() -> Built:
 
     # partition 4 at 128x128: the stages see 32, 16, 8, 4 (maxvit_t's 7 needs 224x224)
     model = MaxVit(
-        input_size=(128, 128), stem_channels=32, partition_size=4, block_channels=[32, 64, 128, 256],
-        block_layers=[1, 1, 1, 1], head_dim=16, stochastic_depth_prob=0.0, num_classes=NUM_CLASSES,
+        input_size=(128, 128), stem_channels=32, partition_size=4,
+        block_channels=[32, 64, 128, 256], block_layers=[1, 1, 1, 1], head_dim=16,
+        stochastic_depth_prob=0.0, num_classes=NUM_CLASSES,
     )  # fmt: skip
     return model, (_image(128),), ["x"]
 
@@ -182,9 +181,7 @@ def _tv_detector_body(name: str, side: int = IMAGE_SIDE) -> Callable[[], Built]:
         import torch
         import torchvision
 
-        det = torchvision.models.get_model(
-            name, weights=None, weights_backbone=None, num_classes=5
-        )
+        det = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=5)
 
         class Body(torch.nn.Module):
             def __init__(self) -> None:
@@ -210,9 +207,7 @@ def _tv_roi_head(name: str, predictor: str, rois: int = 2) -> Callable[[], Built
         import torch
         import torchvision
 
-        det = torchvision.models.get_model(
-            name, weights=None, weights_backbone=None, num_classes=3
-        )
+        det = torchvision.models.get_model(name, weights=None, weights_backbone=None, num_classes=3)
         roi = det.roi_heads
         head = roi.mask_head if predictor == "mask" else roi.keypoint_head
         pred = roi.mask_predictor if predictor == "mask" else roi.keypoint_predictor
