@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exp_common import RESULTS_DIR, fmt, machine_line, markdown_table, write_csv
+from exp_common import RESULTS_DIR, machine_line, markdown_table, write_csv
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 REPO_DIR = EXPERIMENTS_DIR.parent
@@ -60,9 +60,17 @@ MODELS_REPEATS = 3  # `fusiontune models` timed this many times (median reported
 MAC_TYPES = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"})
 """Op types that multiply-accumulate (the ops a crossbar could run)."""
 STEPS = (
-    "load", "ort", "greedy", "verify_greedy", "count", "explain", "optimum", "verify_optimum",
-    "cli_count", "cli_explain",
-)  # fmt: skip
+    "load",
+    "ort",
+    "greedy",
+    "verify_greedy",
+    "count",
+    "explain",
+    "optimum",
+    "verify_optimum",
+    "cli_count",
+    "cli_explain",
+)
 ERROR_CHARS = 240  # failure reasons are cut to one line of this length
 
 
@@ -87,7 +95,6 @@ def export_one(name: str, exporters: Sequence[str], cache: Path) -> None:
     """Child process: build one model and export it with each exporter; one meta file each."""
     import onnx
     import torch
-
     from sweep_models import model_by_name
 
     warnings.filterwarnings("ignore")
@@ -106,11 +113,17 @@ def export_one(name: str, exporters: Sequence[str], cache: Path) -> None:
             module.eval()
             with torch.no_grad(), contextlib.redirect_stdout(sys.stderr):
                 if exporter == "torchscript":
-                    torch.onnx.export(module, args, str(out), dynamo=False,
-                                      input_names=input_names)  # fmt: skip
+                    torch.onnx.export(module, args, str(out), dynamo=False, input_names=input_names)
                 else:
-                    torch.onnx.export(module, args, str(out), dynamo=True, external_data=False,
-                                      input_names=input_names, verbose=False)  # fmt: skip
+                    torch.onnx.export(
+                        module,
+                        args,
+                        str(out),
+                        dynamo=True,
+                        external_data=False,
+                        input_names=input_names,
+                        verbose=False,
+                    )
             model = onnx.load(str(out), load_external_data=False)
             meta.update(
                 ok=True,
@@ -131,8 +144,16 @@ def run_exports(names: Sequence[str], exporters: Sequence[str], cache: Path, for
         if not todo:
             continue
         start = time.perf_counter()
-        cmd = [sys.executable, __file__, "--export-one", name, "--exporters", ",".join(todo),
-               "--cache", str(cache)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--export-one",
+            name,
+            "--exporters",
+            ",".join(todo),
+            "--cache",
+            str(cache),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
             crash = "" if proc.returncode == 0 else one_line(proc.stderr.strip()[-2000:])
@@ -140,8 +161,12 @@ def run_exports(names: Sequence[str], exporters: Sequence[str], cache: Path, for
             crash = f"export timed out after {EXPORT_TIMEOUT_S:.0f} s"
         for exporter in todo:
             if not meta_path(name, exporter, cache).exists():
-                meta = {"model": name, "exporter": exporter, "ok": False,
-                        "error": crash or "exporter process died"}  # fmt: skip
+                meta = {
+                    "model": name,
+                    "exporter": exporter,
+                    "ok": False,
+                    "error": crash or "exporter process died",
+                }
                 meta_path(name, exporter, cache).write_text(json.dumps(meta, indent=1))
         status = {e: json.loads(meta_path(name, e, cache).read_text())["ok"] for e in todo}
         print(f"  export {name}: {status} ({time.perf_counter() - start:.0f} s)", flush=True)
@@ -231,8 +256,11 @@ def step_ort(state: dict[str, Any]) -> dict[str, Any]:
         a = np.asarray(ref[name], dtype=np.float64)
         b = np.asarray(got[name], dtype=np.float64)
         if a.shape != b.shape:
-            return {"ref_s": ref_s, "ort_ok": False,
-                    "ort_error": f"output '{name}': reference {a.shape}, onnxruntime {b.shape}"}  # fmt: skip
+            return {
+                "ref_s": ref_s,
+                "ort_ok": False,
+                "ort_error": f"output '{name}': reference {a.shape}, onnxruntime {b.shape}",
+            }
         scale = float(np.max(np.abs(b))) if b.size else 0.0
         diff = float(np.max(np.abs(a - b))) if b.size else 0.0
         rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
@@ -299,8 +327,7 @@ def step_explain(state: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     edges = ft.explain(state["graph"])
     fusable = sum(1 for e in edges if getattr(e, "fusable", getattr(e, "legal", False)))
-    return {"explain_s": time.perf_counter() - start, "edges": len(edges),
-            "fusable_edges": fusable}  # fmt: skip
+    return {"explain_s": time.perf_counter() - start, "edges": len(edges), "fusable_edges": fusable}
 
 
 def step_optimum(state: dict[str, Any]) -> dict[str, Any]:
@@ -357,8 +384,11 @@ def _cli(state: dict[str, Any], flag: str, prefix: str) -> dict[str, Any]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        return {f"{prefix}_error": one_line(proc.stderr.strip().splitlines()[-1:][0]
-                                            if proc.stderr.strip() else "failed")}  # fmt: skip
+        return {
+            f"{prefix}_error": one_line(
+                proc.stderr.strip().splitlines()[-1:][0] if proc.stderr.strip() else "failed"
+            )
+        }
     return {f"{prefix}_s": seconds}
 
 
@@ -371,11 +401,17 @@ def step_cli_explain(state: dict[str, Any]) -> dict[str, Any]:
 
 
 STEP_FUNCS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "load": step_load, "ort": step_ort, "greedy": step_greedy,
-    "verify_greedy": step_verify_greedy, "count": step_count, "explain": step_explain,
-    "optimum": step_optimum, "verify_optimum": step_verify_optimum,
-    "cli_count": step_cli_count, "cli_explain": step_cli_explain,
-}  # fmt: skip
+    "load": step_load,
+    "ort": step_ort,
+    "greedy": step_greedy,
+    "verify_greedy": step_verify_greedy,
+    "count": step_count,
+    "explain": step_explain,
+    "optimum": step_optimum,
+    "verify_optimum": step_verify_optimum,
+    "cli_count": step_cli_count,
+    "cli_explain": step_cli_explain,
+}
 
 
 def analyse_child(path: str, steps: Sequence[str], plan_file: str) -> None:
@@ -427,8 +463,16 @@ def analyse_file(path: Path, step_timeout_s: float) -> dict[str, Any]:
     results: dict[str, Any] = {}
     todo = list(STEPS)
     while todo:
-        cmd = [sys.executable, __file__, "--analyse-one", str(path), "--steps", ",".join(todo),
-               "--plan-file", str(plan_file)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--analyse-one",
+            str(path),
+            "--steps",
+            ",".join(todo),
+            "--plan-file",
+            str(plan_file),
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         buf = bytearray()
         while todo:
@@ -438,8 +482,11 @@ def analyse_file(path: Path, step_timeout_s: float) -> dict[str, Any]:
                 alive = proc.poll() is None
                 proc.kill()
                 proc.wait()
-                why = f"timed out after {step_timeout_s:.0f} s" if alive else (
-                    f"process died (exit {proc.returncode})")  # fmt: skip
+                why = (
+                    f"timed out after {step_timeout_s:.0f} s"
+                    if alive
+                    else (f"process died (exit {proc.returncode})")
+                )
                 results[step] = {"step": step, "ok": False, "error": why}
                 todo.pop(0)
                 if step == "load":
@@ -480,8 +527,12 @@ def fusiontune_hash() -> str:
 def analyse_cached(path: Path, code_hash: str, step_timeout_s: float, fresh: bool) -> dict:
     """Analysis of ``path`` from its cache file, or run now and cache it."""
     cache_file = path.with_suffix(".analysis.json")
-    key = {"file_sha256": _sha256(path), "fusiontune": code_hash, "hardware": HARDWARE,
-           "step_timeout_s": step_timeout_s}  # fmt: skip
+    key = {
+        "file_sha256": _sha256(path),
+        "fusiontune": code_hash,
+        "hardware": HARDWARE,
+        "step_timeout_s": step_timeout_s,
+    }
     if not fresh and cache_file.exists():
         cached = json.loads(cache_file.read_text())
         if cached.get("key") == key:
@@ -506,10 +557,15 @@ class Target:
 def row_of(target: Target, meta: dict[str, Any], steps: dict[str, Any]) -> dict[str, Any]:
     """The flat CSV row of one exported file."""
     row: dict[str, Any] = {
-        "model": target.model, "exporter": target.exporter, "library": target.library,
-        "kind": target.kind, "exported": bool(meta.get("ok")), "opset": meta.get("opset"),
-        "export_s": meta.get("export_s"), "size_bytes": meta.get("size_bytes"),
-    }  # fmt: skip
+        "model": target.model,
+        "exporter": target.exporter,
+        "library": target.library,
+        "kind": target.kind,
+        "exported": bool(meta.get("ok")),
+        "opset": meta.get("opset"),
+        "export_s": meta.get("export_s"),
+        "size_bytes": meta.get("size_bytes"),
+    }
     failures: list[str] = []
     if not meta.get("ok"):
         failures.append(f"export: {meta.get('error', 'not exported')}")
@@ -539,8 +595,10 @@ def row_of(target: Target, meta: dict[str, Any], steps: dict[str, Any]) -> dict[
                 row[f"{name}_vs_unfused"] = value / row["unfused_bytes"]
         for check in ("verify_greedy_ok", "verify_optimum_ok", "ort_ok"):
             if row.get(check) is False:
-                failures.append(f"{check.removesuffix('_ok')}: outputs differ "
-                                f"(rel {row.get(check.replace('_ok', '_rel_err')):.3g})")  # fmt: skip
+                failures.append(
+                    f"{check.removesuffix('_ok')}: outputs differ "
+                    f"(rel {row.get(check.replace('_ok', '_rel_err')):.3g})"
+                )
         for k in ("optimum_error", "verify_optimum_error"):
             if k in row:
                 failures.append(f"{k.removesuffix('_error')}: {row[k]}")
@@ -557,10 +615,18 @@ def op_frequency(steps_by_file: dict[tuple[str, str], dict[str, Any]]) -> list[d
         if not load.get("ok"):
             continue
         for t, n in load["opaque_types"].items():
-            row = table.setdefault(t, {"op_type": t, "models": set(), "ops": 0,
-                                       "mac_bearing": t in MAC_TYPES, "fenced_linear": 0,
-                                       **{f"files_{e}": 0 for e in EXPORTERS},
-                                       **{f"ops_{e}": 0 for e in EXPORTERS}})  # fmt: skip
+            row = table.setdefault(
+                t,
+                {
+                    "op_type": t,
+                    "models": set(),
+                    "ops": 0,
+                    "mac_bearing": t in MAC_TYPES,
+                    "fenced_linear": 0,
+                    **{f"files_{e}": 0 for e in EXPORTERS},
+                    **{f"ops_{e}": 0 for e in EXPORTERS},
+                },
+            )
             row["models"].add(model)
             row["ops"] += n
             row[f"files_{exporter}"] += 1
@@ -579,38 +645,57 @@ def summary_rows(rows: Sequence[dict[str, Any]], n_models: int) -> list[dict[str
     for exporter in EXPORTERS:
         rs = [r for r in rows if r["exporter"] == exporter]
         loaded = [r for r in rs if r["loaded"]]
-        out.append({
-            "exporter": exporter,
-            "models": n_models,
-            "exported": sum(1 for r in rs if r["exported"]),
-            "loaded": len(loaded),
-            "ref_matches_ort": sum(1 for r in loaded if r.get("ort_ok")),
-            "greedy_verified": sum(1 for r in loaded if r.get("verify_greedy_ok")),
-            "optimum_found": sum(1 for r in loaded if r.get("optimum_bytes") is not None),
-            "optimum_verified": sum(1 for r in loaded if r.get("verify_optimum_ok")),
-            "no_opaque_macs": sum(1 for r in loaded if r.get("opaque_mac_ops") == 0),
-            "median_opaque_mac_share": _median([r["opaque_mac_share"] for r in loaded]),
-            "median_greedy_vs_unfused": _median([r.get("greedy_vs_unfused") for r in loaded]),
-            "median_optimum_vs_unfused": _median([r.get("optimum_vs_unfused") for r in loaded]),
-        })  # fmt: skip
+        out.append(
+            {
+                "exporter": exporter,
+                "models": n_models,
+                "exported": sum(1 for r in rs if r["exported"]),
+                "loaded": len(loaded),
+                "ref_matches_ort": sum(1 for r in loaded if r.get("ort_ok")),
+                "greedy_verified": sum(1 for r in loaded if r.get("verify_greedy_ok")),
+                "optimum_found": sum(1 for r in loaded if r.get("optimum_bytes") is not None),
+                "optimum_verified": sum(1 for r in loaded if r.get("verify_optimum_ok")),
+                "no_opaque_macs": sum(1 for r in loaded if r.get("opaque_mac_ops") == 0),
+                "median_opaque_mac_share": _median([r["opaque_mac_share"] for r in loaded]),
+                "median_greedy_vs_unfused": _median([r.get("greedy_vs_unfused") for r in loaded]),
+                "median_optimum_vs_unfused": _median([r.get("optimum_vs_unfused") for r in loaded]),
+            }
+        )
     return out
 
 
 def timing_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and max of each timed step over the loaded files, per exporter."""
-    keys = ("load_s", "greedy_s", "count_s", "explain_s", "optimum_s", "cli_count_s",
-            "cli_explain_s")  # fmt: skip
+    keys = (
+        "load_s",
+        "greedy_s",
+        "count_s",
+        "explain_s",
+        "optimum_s",
+        "cli_count_s",
+        "cli_explain_s",
+    )
     out = []
     for exporter in EXPORTERS:
         for key in keys:
             values = [r[key] for r in rows if r["exporter"] == exporter and r.get(key) is not None]
             if not values:
                 continue
-            worst = max((r for r in rows if r["exporter"] == exporter and r.get(key) is not None),
-                        key=lambda r: r[key])  # fmt: skip
-            out.append({"exporter": exporter, "timing": key, "files": len(values),
-                        "median_s": _median(values), "max_s": max(values),
-                        "slowest": worst["model"], "over_3s": sum(1 for v in values if v > 3)})  # fmt: skip
+            worst = max(
+                (r for r in rows if r["exporter"] == exporter and r.get(key) is not None),
+                key=lambda r: r[key],
+            )
+            out.append(
+                {
+                    "exporter": exporter,
+                    "timing": key,
+                    "files": len(values),
+                    "median_s": _median(values),
+                    "max_s": max(values),
+                    "slowest": worst["model"],
+                    "over_3s": sum(1 for v in values if v > 3),
+                }
+            )
     return out
 
 
@@ -630,8 +715,10 @@ def failure_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             stage, _, reason = failure.partition(": ")
             key = (stage, _reason_key(reason))
             groups.setdefault(key, []).append(f"{r['model']}/{r['exporter']}")
-    out = [{"stage": s, "reason": reason, "files": len(files), "which": ", ".join(files)}
-           for (s, reason), files in groups.items()]  # fmt: skip
+    out = [
+        {"stage": s, "reason": reason, "files": len(files), "which": ", ".join(files)}
+        for (s, reason), files in groups.items()
+    ]
     out.sort(key=lambda r: (-r["files"], r["stage"]))
     return out
 
@@ -650,13 +737,17 @@ def time_models_cli() -> float:
     times = []
     for _ in range(MODELS_REPEATS):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "fusiontune.cli.main", "models"],
-                       capture_output=True, check=True, timeout=STEP_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "fusiontune.cli.main", "models"],
+            capture_output=True,
+            check=True,
+            timeout=STEP_TIMEOUT_S,
+        )
         times.append(time.perf_counter() - start)
     return float(_median(times) or 0.0)
 
 
-# ---- exporter forms of common layers ---------------------------------------------------------------
+# ---- exporter forms of common layers -------------------------------------------------------
 def forms_probe(cache: Path) -> list[dict[str, Any]]:
     """Export tiny modules (training BN, GELU, LayerNorm, Softmax, attention) with each exporter
     and list the ONNX ops each emits; cached as ``forms.json`` for runs without torch."""
@@ -670,7 +761,7 @@ def forms_probe(cache: Path) -> list[dict[str, Any]]:
     return list(json.loads(cache_file.read_text())) if cache_file.exists() else []
 
 
-# ---- main ------------------------------------------------------------------------------------------
+# ---- main ----------------------------------------------------------------------------------
 def select_targets(only: str | None, limit: int | None, exporters: Sequence[str]) -> list[Target]:
     from sweep_models import MODELS
 
@@ -713,8 +804,11 @@ def run(args: argparse.Namespace) -> list[Path]:
             start = time.perf_counter()
             steps = analyse_cached(path, code_hash, args.step_timeout, args.fresh)
             bad = [s for s, r in steps.items() if not r["ok"]]
-            print(f"  {target.model}/{target.exporter}: {len(steps)} steps, failed {bad} "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+            print(
+                f"  {target.model}/{target.exporter}: {len(steps)} steps, failed {bad} "
+                f"({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
         steps_by_file[target.model, target.exporter] = steps
         rows.append(row_of(target, meta, steps))
     models_s = None if args.skip_models_cli else time_models_cli()
@@ -740,25 +834,44 @@ def write_report(
     timings = timing_rows(rows)
     failures = failure_groups(rows)
     versions = next((m["versions"] for m in metas.values() if "versions" in m), {})
-    table_cols = ("model", "exporter", "opset", "loaded", "ops", "opaque_ops", "opaque_mac_ops",
-                  "mac_ops", "opaque_macs_share", "ort_rel_err", "greedy_vs_unfused",
-                  "optimum_vs_unfused", "verify_greedy_ok", "verify_optimum_ok", "load_s",
-                  "count_s", "explain_s", "optimum_s", "cli_count_s", "cli_explain_s")  # fmt: skip
+    table_cols = (
+        "model",
+        "exporter",
+        "opset",
+        "loaded",
+        "ops",
+        "opaque_ops",
+        "opaque_mac_ops",
+        "mac_ops",
+        "opaque_macs_share",
+        "ort_rel_err",
+        "greedy_vs_unfused",
+        "optimum_vs_unfused",
+        "verify_greedy_ok",
+        "verify_optimum_ok",
+        "load_s",
+        "count_s",
+        "explain_s",
+        "optimum_s",
+        "cli_count_s",
+        "cli_explain_s",
+    )
     parts = [
         "# Real-architecture sweep: exporter output through fusiontune\n",
         f"{n_models} architectures x {len(EXPORTERS)} exporters, random weights, small inputs; "
         f"hardware `{HARDWARE}`; reference vs onnxruntime at rel <= {REL_TOL:g}; every step "
         f"under a {STEP_TIMEOUT_S:.0f} s timeout. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions.items())
-        + f"; fusiontune sources {fusiontune_hash()}. Produced by `python experiments/exp_sweep.py`; per-file rows in `exp_sweep.csv`, "
-        "op frequency and exporter forms in `exp_sweep_ops.md`.\n",
+        + f"; fusiontune sources {fusiontune_hash()}. Produced by "
+        "`python experiments/exp_sweep.py`; per-file rows in `exp_sweep.csv`, op frequency and "
+        "exporter forms in `exp_sweep_ops.md`.\n",
         "## Summary per exporter\n\n" + markdown_table(summary),
         "## Timings (baseline for the speed work)\n\n"
         + (
             f"`fusiontune models`: median {models_s:.2f} s over {MODELS_REPEATS} runs.\n\n"
             if models_s is not None
             else ""
-        )  # fmt: skip
+        )
         + markdown_table(timings),
         "## Failures grouped by reason\n\n" + markdown_table(failures),
         "## Per file\n\n" + markdown_table(rows, table_cols),
@@ -768,7 +881,7 @@ def write_report(
                 {"model": t.model, "library": t.library, "kind": t.kind, "note": t.note}
                 for t in {t.model: t for t in targets}.values()
             ]
-        ),  # fmt: skip
+        ),
         "## Notes\n\n" + "\n".join(f"- {n}" for n in NOTES) + "\n",
         machine_line() + "\n",
     ]
