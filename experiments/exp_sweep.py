@@ -111,7 +111,9 @@ def export_one(name: str, exporters: Sequence[str], cache: Path) -> None:
             torch.manual_seed(0)
             module, args, input_names = entry.build()
             module.eval()
-            with torch.no_grad(), contextlib.redirect_stdout(sys.stderr):
+            # autograd stays on, as in a plain export call: under no_grad nn.MultiheadAttention
+            # takes a fused fast path that the TorchScript exporter cannot export
+            with contextlib.redirect_stdout(sys.stderr):
                 if exporter == "torchscript":
                     torch.onnx.export(module, args, str(out), dynamo=False, input_names=input_names)
                 else:

@@ -241,7 +241,9 @@ TORCHVISION: tuple[SweepModel, ...] = (
                "96x96 (inception_v3 needs >= 75)"),
     SweepModel("tv_vgg11_bn", "torchvision", "classification", _tv_vgg11_bn_small,
                "VGG class, cfg A + BN; 1x1 pool and classifier 512-256-256-10"),
-    SweepModel("tv_alexnet", "torchvision", "classification", _tv("alexnet")),
+    SweepModel("tv_alexnet", "torchvision", "classification", _tv("alexnet", side=224),
+               "224x224: at 64 the features are 1x1 and TorchScript refuses the upsampling "
+               "adaptive pool to 6x6"),
     SweepModel("tv_vit", "torchvision", "classification", _tv_vit,
                "VisionTransformer class: 64x64, patch 16, 2 layers, width 128"),
     SweepModel("tv_swin_t", "torchvision", "classification", _tv("swin_t")),
