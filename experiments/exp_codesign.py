@@ -1,6 +1,6 @@
 """Hardware co-design for resnet18: traffic vs on-chip buffer size and vs crossbar count.
 
-For each point of a sweep the exact oracle (``fusiontune.search.oracle.exact_optimum``)
+For each point of a sweep the exact oracle (``fusiontune.optimal_plan``)
 finds the least-traffic plan among groups that are *feasible* on that hardware (rule 7:
 line buffers, held and skip tensors fit ``buffer_bytes``; the stages of a stream group fit
 ``n_crossbars``). As the buffer shrinks, the line buffers of the big stream groups stop
@@ -49,16 +49,16 @@ def sweep(graph: Graph, hw: HardwareConfig, field: str, values: Sequence[int]) -
     on-chip buffer and crossbars its plan uses, its group count, the unfused traffic and the
     share of the full fusion benefit (optimum at the largest value) reached there.
     """
-    from fusiontune.search.oracle import exact_optimum
+    from fusiontune.search.optimize import optimal_plan
 
     rows: list[dict[str, Any]] = []
     for value in values:
         point = hw.replace(**{field: value})
         unfused = simulate(graph, unfused_plan(graph), point)
-        oracle = exact_optimum(graph, point, "traffic")
+        oracle = optimal_plan(graph, point, "traffic")
         row: dict[str, Any] = {field: value, "unfused_bytes": unfused.traffic_bytes}
         row["unfused_feasible"] = unfused.feasible
-        if oracle is None:
+        if oracle.plan is None:
             row.update(optimum_bytes=None, groups=None, plan_buffer_bytes=None)
         else:
             best = simulate(graph, oracle.plan, point)
@@ -144,7 +144,7 @@ def notes(buffer_rows: list[dict], crossbar_rows: list[dict], resident_min: int)
     out = [
         f"Model {MODEL} at 224x224, batch 1, preset {PRESET} (ISAAC-like ReRAM, 8-bit "
         "activations); objective traffic_bytes; each point is the proven optimum over the "
-        "groups feasible on that hardware (fusiontune.search.oracle).",
+        "groups feasible on that hardware (fusiontune.optimal_plan).",
         "pareto: the point lowers traffic below every smaller hardware point (the front of "
         "traffic vs hardware size). benefit_share: fraction of the traffic saved at the "
         "largest point (unfused - optimum) already saved at this point.",

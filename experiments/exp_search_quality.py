@@ -3,7 +3,7 @@
 For three zoo models on the default hardware (``isaac_reram``), each sampler runs with three
 seeds through ``fusiontune.search.search`` (serial backend, traffic objective, fusion decisions
 only); the best feasible traffic after every trial is divided by the proven optimum of
-``fusiontune.search.oracle.exact_optimum``. Reported per (model, sampler, seed): the final
+``fusiontune.optimal_plan``. Reported per (model, sampler, seed): the final
 ratio and the trials needed to come within 1 % of the optimum; per (model, sampler): the
 median over seeds.
 
@@ -94,17 +94,17 @@ def run(
     trials: int = DEFAULT_TRIALS,
 ) -> tuple[list[Curve], dict[str, float]]:
     """Every (model, sampler, seed) curve and each model's proven optimum (bytes)."""
-    from fusiontune.search.oracle import exact_optimum
+    from fusiontune.search.optimize import optimal_plan
 
     hw = load_hardware(PRESET)
     curves: list[Curve] = []
     optimum: dict[str, float] = {}
     for name, size in models:
         graph = build_zoo(name, input_size=size)
-        oracle = exact_optimum(graph, hw, "traffic")
-        if oracle is None:
+        oracle = optimal_plan(graph, hw, "traffic")
+        if oracle.plan is None:
             raise RuntimeError(f"{name}: no feasible plan on {PRESET}")
-        optimum[graph.name] = oracle.optimum
+        optimum[graph.name] = float(oracle.value or 0)
         for sampler in samplers:
             for seed in seeds:
                 curves.append(run_search(graph, sampler, seed, trials))

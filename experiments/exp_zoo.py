@@ -6,7 +6,8 @@ For every zoo model on ``isaac_reram`` and ``sram_edge``, the traffic objective:
   planner's greedy baseline (hardware-blind, so it can be infeasible on a small chip);
   ``best_found``: a short search with the default local sampler
   (``fusiontune.search``, feasible plans only); ``oracle``: the proven traffic optimum over
-  feasible groups (MILP, ``fusiontune.search.oracle``); ``lower_bound``: compulsory traffic
+  feasible groups (``fusiontune.optimal_plan``, no cap on group size); ``lower_bound``:
+  compulsory traffic
   (graph inputs and outputs, plus the least weight bytes when weights are not resident).
 - a pattern ablation: the exact optimum with only P1; P1+P2; P1+P2+P3; all four patterns.
 
@@ -82,7 +83,7 @@ def model_rows(
     graph: Graph, input_size: int, preset: str, hw: HardwareConfig, trials: int
 ) -> list[dict[str, Any]]:
     """The plan sources of one model on one preset."""
-    from fusiontune.search.oracle import exact_optimum
+    from fusiontune.search.optimize import optimal_plan
 
     base = {"model": graph.name, "input_size": input_size, "preset": preset}
     unfused = simulate(graph, unfused_plan(graph), hw)
@@ -97,8 +98,8 @@ def model_rows(
     if found is not None:
         row = _plan_row(base, "best_found", simulate(graph, found, hw), unfused)
         rows.append({**row, "seconds": search_s})
-    oracle = exact_optimum(graph, hw, "traffic")
-    if oracle is not None:
+    oracle = optimal_plan(graph, hw, "traffic")
+    if oracle.plan is not None:
         row = _plan_row(base, "oracle", simulate(graph, oracle.plan, hw), unfused)
         rows.append({**row, "seconds": oracle.solve_s})
     bound = lower_bound(graph, hw)
@@ -115,15 +116,15 @@ def model_rows(
 
 def ablation_rows(graph: Graph, preset: str, hw: HardwareConfig) -> list[dict[str, Any]]:
     """Exact traffic optimum with each pattern set enabled (feasible groups only)."""
-    from fusiontune.search.oracle import exact_optimum
+    from fusiontune.search.optimize import optimal_plan
 
     unfused = simulate(graph, unfused_plan(graph), hw).traffic_bytes
     row: dict[str, Any] = {"model": graph.name, "preset": preset, "unfused_bytes": unfused}
     previous = unfused
     for label, patterns in ABLATIONS:
         cfg = PlannerConfig(patterns=patterns)
-        oracle = exact_optimum(graph, hw, "traffic", cfg)
-        value = None if oracle is None else int(oracle.optimum)
+        oracle = optimal_plan(graph, hw, "traffic", config=cfg)
+        value = None if oracle.value is None else int(oracle.value)
         row[f"{label}_bytes"] = value
         if value is not None and previous is not None:
             row[f"{label}_gain"] = 1.0 - value / previous  # what this pattern adds

@@ -199,7 +199,7 @@ def test_matmul_of_two_activations_is_alone() -> None:
     assert count_plans(g) == 1
 
 
-# ---- rule 8: size cap -----------------------------------------------------------------------
+# ---- the optional size cap (a user knob, not a legality rule) ------------------------------
 def test_size_cap() -> None:
     b = GraphBuilder("relus")
     x = b.input("x", (1, WIDTH))
@@ -207,7 +207,9 @@ def test_size_cap() -> None:
         x = b.relu(x, name=f"r{i}")
     g = b.build()
     cfg = PlannerConfig(max_group_size=3)
-    assert _rules(g, ["r0", "r1", "r2", "r3"], "fused", cfg) == [8]
+    assert _rules(g, ["r0", "r1", "r2", "r3"], "fused", cfg) == [0]
+    assert _rules(g, ["r0", "r1", "r2", "r3"], "fused") == []  # no cap by default
+    assert PlannerConfig().max_group_size is None
     assert max(len(grp.ops) for grp in candidate_groups(g, cfg)) == 3
     # compositions of 4 into parts <= 3: 2^3 = 8 minus the single part of 4 = 7
     assert count_plans(g, cfg) == 7

@@ -16,6 +16,7 @@ from fusiontune.planner.plan import Mode, Plan
 
 CNN_SIDE = 32  # small input: the structure (and so every count below) does not depend on it
 P1_P2 = PlannerConfig(patterns=frozenset({"P1", "P2"}))
+CAP12 = PlannerConfig(max_group_size=12)  # the former default cap, now an optional knob
 
 
 def _sizes(plan: Plan) -> list[int]:
@@ -33,13 +34,18 @@ def test_vgg16_groups() -> None:
     layers = greedy_plan(g, P1_P2)
     assert _sizes(layers) == [2, 3, 2, 3, 2, 2, 3, 2, 2, 3, 2, 2, 4, 2, 2, 1]
     # phase 2: no merge (a ReLU sits between every pair of LINEARs, rule 2).
-    # phase 3 streams whole layers in edge order up to 12 ops:
+    # phase 3 with a user cap of 12 ops streams whole layers in edge order:
     # 2+3+2+3+2 = 12 | 2+3+2+2+3 = 12 | 2+2+4+2+2 = 12 | fc3 alone (13 > 12) -> 4 groups
-    plan = greedy_plan(g)
+    plan = greedy_plan(g, CAP12)
     assert _sizes(plan) == [12, 12, 12, 1]
     assert [grp.mode for grp in plan.groups] == [Mode.STREAM] * 3 + [Mode.SINGLE]
     assert group_pattern(g, plan.groups[0]) == "P1+P2+P4"
     check_plan(g, plan)
+    # with no cap (the default) nothing but legality bounds a group: one stream of 37 ops
+    whole = greedy_plan(g)
+    assert _sizes(whole) == [37]
+    assert whole.groups[0].mode is Mode.STREAM
+    check_plan(g, whole)
 
 
 def test_resnet18_groups() -> None:
@@ -57,10 +63,25 @@ def test_resnet18_groups() -> None:
     # stream (P4), layers joined in edge order up to 12 ops (S=stem 4, A=3, B=4, D=2):
     # S+A(1.0)+B(1.0) = 11 | A+B(1.1)+A(2.0)+D(2.0) = 12 | B(2.0)+A+B(2.1) = 11 |
     # A+B+D(3.0)+A(3.1) = 12 | B(3.1)+A+D(4.0) = 9 | B(4.0)+A(4.1) = 7 | B6(4.1)+fc = 7
-    plan = greedy_plan(g)
+    plan = greedy_plan(g, CAP12)
     assert _sizes(plan) == [11, 12, 11, 12, 9, 7, 7]
     assert all(grp.mode is Mode.STREAM for grp in plan.groups)
     check_plan(g, plan)
+    assert _sizes(greedy_plan(g)) == [69]  # uncapped: the whole network streams
+
+
+def test_greedy_with_hardware_keeps_every_group_feasible() -> None:
+    from fusiontune.sim.cost import simulate
+    from fusiontune.sim.hardware import load_hardware
+
+    g = build_zoo("resnet18", input_size=CNN_SIDE)
+    tight = load_hardware("isaac_reram").replace(buffer_bytes=2048)
+    plan = greedy_plan(g, hw=tight)
+    m = simulate(g, plan, tight)
+    assert all(grp.feasible for grp in m.groups)
+    assert 1 < plan.n_groups < 69
+    # without the hardware the greedy plan is one group that does not fit this buffer
+    assert not simulate(g, greedy_plan(g), tight).feasible
 
 
 @pytest.mark.parametrize(

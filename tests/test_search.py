@@ -73,23 +73,23 @@ def test_tpe_reaches_exhaustive_optimum_and_oracle_agrees(tmp_path: Path, model:
 @pytest.mark.parametrize("objective", ["traffic", "energy", "cycles"])
 @pytest.mark.parametrize("model", SMALL_MODELS)
 def test_oracle_equals_exhaustive(model: str, objective: str) -> None:
-    from fusiontune.planner.candidates import PlannerConfig
     from fusiontune.planner.enumerate import enumerate_plans
-    from fusiontune.search.oracle import ORACLE_METRIC, exact_optimum
+    from fusiontune.planner.plan import PlannerConfig
+    from fusiontune.search.optimize import OBJECTIVE_METRIC, optimal_plan
     from fusiontune.sim.cost import simulate
     from fusiontune.sim.hardware import HardwareConfig
 
     graph, hw, cfg = _graph(model), HardwareConfig(), PlannerConfig()
-    metric = ORACLE_METRIC[objective]
+    metric = OBJECTIVE_METRIC[objective]
     feasible = [
         m
         for m in (simulate(graph, p, hw) for p in enumerate_plans(graph, config=cfg))
         if m.feasible
     ]
     best = min(float(getattr(m, metric)) for m in feasible)
-    oracle = exact_optimum(graph, hw, objective, cfg)
-    assert oracle is not None
-    assert oracle.optimum == pytest.approx(best, rel=REL_TOL)
+    oracle = optimal_plan(graph, hw, objective, config=cfg)
+    assert oracle.plan is not None and oracle.proven
+    assert oracle.value == pytest.approx(best, rel=REL_TOL)
     assert float(getattr(simulate(graph, oracle.plan, hw), metric)) == pytest.approx(
         best, rel=REL_TOL
     )

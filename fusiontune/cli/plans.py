@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--out", metavar="PLAN.json", help="write the greedy plan's JSON here")
     p.add_argument("--max-group-size", type=positive_int, default=None, metavar="N",
-                   help="rule 8: most ops per group (default 12)")  # fmt: skip
+                   help="optional cap on ops per group (default: none)")  # fmt: skip
     p.add_argument("--patterns", default=None, metavar="P1,P2,...",
                    help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
     p.set_defaults(func=run)

@@ -198,6 +198,19 @@ def _mb(value: Any) -> str:
     return f"{float(value) / BYTES_PER_MB:,.3f} MB"
 
 
+def _certificate(summary: dict[str, Any]) -> str:
+    """How sure the optimum is: proven, a proven gap, or proven infeasible."""
+    status = summary.get("oracle_status")
+    seconds = summary.get("oracle_s", 0.0)
+    if status == "optimal":
+        return f"proven optimal over all legal partitions ({seconds:.2f} s)"
+    if status == "infeasible":
+        return "no plan fits the base hardware (proven)"
+    return (
+        f"time limit: within {100 * summary.get('oracle_gap', 0.0):.2f} % of optimal (proven gap)"
+    )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The end-of-search summary: best vs baselines vs optimum vs lower bound, and paths."""
     best = summary["best"]
@@ -224,7 +237,15 @@ def format_summary(summary: dict[str, Any]) -> str:
             if name == "oracle":  # with knobs, proven for the base hardware only
                 label = "optimum @ base hw:" if summary.get("knobs") else "exact optimum:"
             lines.append(line(label, base[name]))
-    lines.append(f"  {'lower bound:':<18}traffic {_mb(best.get('lower_bound_bytes')):>14}")
+    bounds = summary.get("lower_bounds") or {}
+    compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
+    lines.append(f"  {'lower bound:':<18}traffic {_mb(compulsory):>14}  (compulsory)")
+    if "capacity_bytes" in bounds:
+        lines.append(
+            f"  {'lower bound:':<18}traffic {_mb(bounds['capacity_bytes']):>14}  (with capacity)"
+        )
+    if "oracle_status" in summary:
+        lines.append(f"  optimum certificate: {_certificate(summary)}")
     if "traffic_saved_vs_unfused" in summary:
         lines.append(
             f"  traffic saved vs unfused: {100 * summary['traffic_saved_vs_unfused']:.1f} %"

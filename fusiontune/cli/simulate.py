@@ -10,7 +10,7 @@ from typing import Any
 from fusiontune.cli._common import add_model_arguments, load_graph
 from fusiontune.errors import ConfigError
 
-BASELINE_PLANS = ("unfused", "tvm_like", "greedy")
+BASELINE_PLANS = ("unfused", "tvm_like", "greedy", "optimal")
 MAX_OPS_SHOWN = 3  # ops listed per group in the text table
 PERCENT = 100.0
 
@@ -25,9 +25,11 @@ def register(sub: Any) -> None:
         "the compulsory lower bound. --verify also executes the plan and checks it.",
     )
     add_model_arguments(p)
-    p.add_argument("--plan", default="greedy", metavar="unfused|tvm_like|greedy|PLAN.json",
-                   help="a baseline plan or a plan JSON file (default greedy)")  # fmt: skip
-    p.add_argument("--hw", default=None, metavar="PRESET|FILE",
+    p.add_argument("--plan", default="greedy",
+                   metavar="unfused|tvm_like|greedy|optimal|PLAN.json",
+                   help="a baseline plan, the proven-optimal traffic plan on --hw, or a plan "
+                   "JSON file (default greedy: maximal fusion that fits --hw)")  # fmt: skip
+    p.add_argument("--hw", "--hardware", dest="hw", default=None, metavar="PRESET|FILE",
                    help="hardware preset name or YAML file (default isaac_reram)")  # fmt: skip
     p.add_argument("--verify", action="store_true",
                    help="execute the plan; compare outputs and byte counts")  # fmt: skip
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     graph = load_graph(args)
     hw = load_hardware(args.hw)
-    plan = _load_plan(graph, args.plan)
+    plan = _load_plan(graph, args.plan, hw)
     metrics = simulate(graph, plan, hw)
     unfused = simulate(graph, unfused_plan(graph), hw)
     report = _report(graph.name, args.plan, hw.name, plan.hash, metrics, unfused)
@@ -70,20 +72,31 @@ def run(args: argparse.Namespace) -> int:
     return 0 if verified is None or verified.passed else 1
 
 
-def _load_plan(graph: Any, spec: str) -> Any:
+def _load_plan(graph: Any, spec: str, hw: Any) -> Any:
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.plan import Plan
 
     if spec == "unfused":
         return unfused_plan(graph)
     if spec == "greedy":
-        return greedy_plan(graph)
+        return greedy_plan(graph, hw=hw)
     if spec == "tvm_like":
         return tvm_like_plan(graph)
+    if spec == "optimal":
+        from fusiontune.search.optimize import optimal_plan
+
+        result = optimal_plan(graph, hw)
+        if result.plan is None:
+            raise ConfigError(
+                f"--plan optimal: no plan of '{graph.name}' fits hardware '{hw.name}' "
+                "(every partition has a group over the buffer or the crossbars)"
+            )
+        return result.plan
     path = Path(spec)
     if not path.is_file():
         raise ConfigError(
-            f"--plan '{spec}': not a file; use unfused, tvm_like, greedy or a plan JSON file"
+            f"--plan '{spec}': not a file; use unfused, tvm_like, greedy, optimal or a plan "
+            "JSON file"
         )
     return Plan.from_json(path.read_text(), graph, source=spec)
 
@@ -121,7 +134,8 @@ def _text(report: dict[str, Any], m: Any) -> str:
         f"model {report['model']}  plan {report['plan']} ({report['plan_hash']}, "
         f"{t['n_groups']} groups)  hardware {report['hardware']} ({t['hw_hash']})",
         f"traffic      {t['traffic_bytes']:>16,} B  (activations read {t['act_read_bytes']:,} B, "
-        f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B)",
+        f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B"
+        + (f", re-read by tiles {t['reload_bytes']:,} B)" if t["reload_bytes"] else ")"),
         f"lower bound  {t['lower_bound_bytes']:>16,} B  (traffic is "
         f"{report['traffic_over_lower_bound']:.3f}x the bound)",
         f"energy       {t['energy_pj'] / 1e6:>16,.3f} uJ (DRAM {t['dram_pj'] / 1e6:.3f}, buffer "

@@ -314,28 +314,56 @@ def _bert_encoder(b: _ZooBuilder, seq: int, batch: int) -> None:
     LayerNormalization (STATS) and the FFN's Gelu (ELEMWISE). No attention mask.
     7,087,872 trainable parameters (plus the 1-element divisor constant).
     """
-    head_dim = BERT_HIDDEN // BERT_HEADS
     x = b.input("input", (batch, seq, BERT_HIDDEN))
+    _encoder_layer(b, x, seq, batch, BERT_HIDDEN, BERT_HEADS, BERT_FFN, "")
+
+
+def _encoder_layer(
+    b: _ZooBuilder, x: str, seq: int, batch: int, hidden: int, n_heads: int, ffn: int, prefix: str
+) -> str:
+    """One post-LN encoder layer (see :func:`_bert_encoder`); returns its output tensor."""
+    head_dim = hidden // n_heads
 
     def heads(t: str, name: str, perm: tuple[int, ...]) -> str:
-        t = b.reshape(t, (batch, seq, BERT_HEADS, head_dim), name=f"{name}.split")
+        t = b.reshape(t, (batch, seq, n_heads, head_dim), name=f"{name}.split")
         return b.op("Transpose", [t], {"perm": perm}, name=f"{name}.heads")
 
-    q = heads(b.matmul(x, BERT_HIDDEN, name="attn.q"), "attn.q", (0, 2, 1, 3))
-    k = heads(b.matmul(x, BERT_HIDDEN, name="attn.k"), "attn.k", (0, 2, 3, 1))  # K^T
-    v = heads(b.matmul(x, BERT_HIDDEN, name="attn.v"), "attn.v", (0, 2, 1, 3))
-    scores = b.op("MatMul", [q, k], name="attn.scores")
-    scale = b.const("attn.scale.divisor", np.float32(math.sqrt(head_dim)))
-    scores = b.op("Div", [scores, scale], name="attn.scale")
-    probs = b.op("Softmax", [scores], {"axis": -1}, name="attn.softmax")
-    ctx = b.op("MatMul", [probs, v], name="attn.context")
-    ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name="attn.merge")
-    ctx = b.reshape(ctx, (batch, seq, BERT_HIDDEN), name="attn.merge.reshape")
-    y = b.matmul(ctx, BERT_HIDDEN, name="attn.out")
-    x = b.layernorm(b.add(y, x, name="attn.residual"), name="attn.layernorm")
-    h = b.act("Gelu", b.matmul(x, BERT_FFN, name="ffn.fc1"), name="ffn.gelu")
-    y = b.matmul(h, BERT_HIDDEN, name="ffn.fc2")
-    b.layernorm(b.add(y, x, name="ffn.residual"), name="ffn.layernorm")
+    p = prefix
+    q = heads(b.matmul(x, hidden, name=f"{p}attn.q"), f"{p}attn.q", (0, 2, 1, 3))
+    k = heads(b.matmul(x, hidden, name=f"{p}attn.k"), f"{p}attn.k", (0, 2, 3, 1))  # K^T
+    v = heads(b.matmul(x, hidden, name=f"{p}attn.v"), f"{p}attn.v", (0, 2, 1, 3))
+    scores = b.op("MatMul", [q, k], name=f"{p}attn.scores")
+    scale = b.const(f"{p}attn.scale.divisor", np.float32(math.sqrt(head_dim)))
+    scores = b.op("Div", [scores, scale], name=f"{p}attn.scale")
+    probs = b.op("Softmax", [scores], {"axis": -1}, name=f"{p}attn.softmax")
+    ctx = b.op("MatMul", [probs, v], name=f"{p}attn.context")
+    ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name=f"{p}attn.merge")
+    ctx = b.reshape(ctx, (batch, seq, hidden), name=f"{p}attn.merge.reshape")
+    y = b.matmul(ctx, hidden, name=f"{p}attn.out")
+    x = b.layernorm(b.add(y, x, name=f"{p}attn.residual"), name=f"{p}attn.layernorm")
+    h = b.act("Gelu", b.matmul(x, ffn, name=f"{p}ffn.fc1"), name=f"{p}ffn.gelu")
+    y = b.matmul(h, hidden, name=f"{p}ffn.fc2")
+    return b.layernorm(b.add(y, x, name=f"{p}ffn.residual"), name=f"{p}ffn.layernorm")
+
+
+def deep_encoder(
+    layers: int,
+    seq: int = BERT_SEQ,
+    hidden: int = BERT_HIDDEN,
+    heads: int = BERT_HEADS,
+    batch: int = 1,
+    placeholder: bool = True,
+) -> Graph:
+    """A stack of ``layers`` encoder layers (29 ops each): the large-graph benchmark model.
+
+    Not in :data:`ZOO` (a 36-layer stack has 1,044 ops and 255 M parameters); with
+    ``placeholder`` (default) the weights are broadcast zeros, enough for planning and cost.
+    """
+    b = _ZooBuilder(f"encoder{layers}", 0, placeholder=placeholder)
+    x = b.input("input", (batch, seq, hidden))
+    for i in range(layers):
+        x = _encoder_layer(b, x, seq, batch, hidden, heads, 4 * hidden, f"l{i}.")
+    return b.build()
 
 
 # ---- the registry ---------------------------------------------------------------------------

@@ -20,9 +20,10 @@ from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, graph_index
-from fusiontune.planner.candidates import PlannerConfig, _edge_index, candidate_edges
+from fusiontune.planner.candidates import candidate_edges, edge_index
 from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
-from fusiontune.planner.plan import Group, Mode, Plan, singleton_plan
+from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig, singleton_plan
+from fusiontune.sim.hardware import HardwareConfig
 
 DEFAULT_EDGE_PROBABILITY_RANGE = (0.0, 1.0)  # random_plan draws its fusion density from this
 MERGE_PROBABILITY = 0.5  # random_plan: chance to merge a chain where merge is legal
@@ -33,8 +34,10 @@ def unfused_plan(graph: Graph) -> Plan:
     return singleton_plan(graph)
 
 
-def greedy_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
-    """Deterministic maximal legal fusion.
+def greedy_plan(
+    graph: Graph, config: PlannerConfig | None = None, hw: HardwareConfig | None = None
+) -> Plan:
+    """Deterministic maximal legal (and, given hardware, feasible) fusion.
 
     Candidate edges are visited in topological order, repeatedly, until a full pass changes
     nothing; each joins the two groups at its ends when the union is a legal group and the
@@ -43,12 +46,18 @@ def greedy_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
     (P3), (3) any legal union (P4 stream). The last phase runs to a fixed point over every
     edge, so the result is maximal: joining the two groups at the ends of any edge gives an
     illegal plan. Modes: see the module docstring.
+
+    Without ``hw`` nothing bounds a group but legality: on a network with no OPAQUE barrier the
+    greedy plan is one whole-network group. With ``hw`` a union is taken only when the joined
+    group fits that hardware on its own (rule 7: buffer, and crossbars of a stream's stages),
+    so every group of the result is feasible (the plan-level crossbar total is not checked).
     """
     cfg = config or PlannerConfig()
+    fits = _fits(graph, hw) if hw is not None else None
     ix = graph_index(graph)
     group_of = list(range(ix.n))
     members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
-    edges = _edge_index(graph, cfg)
+    edges = edge_index(graph, cfg)
     for phase in _GREEDY_PHASES:
         changed = True
         while changed:
@@ -62,6 +71,8 @@ def greedy_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
                 modes = legal_modes(view)
                 if not modes or not phase(view, modes):
                     continue
+                if fits is not None and not fits(view, modes):
+                    continue
                 trial = [gp if g == gc else g for g in group_of]
                 if quotient_cycle(ix, trial):
                     continue
@@ -70,6 +81,20 @@ def greedy_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
                 del members[gc]
                 changed = True
     return _plan(ix, members.values(), cfg, _merge_shrinks)
+
+
+def _fits(graph: Graph, hw: HardwareConfig) -> Callable[[GroupView, tuple[Mode, ...]], bool]:
+    """Whether a group, in the mode :func:`greedy_plan` would give it, is feasible on ``hw``."""
+    from fusiontune.sim.cost import group_cost
+
+    def fits(view: GroupView, modes: tuple[Mode, ...]) -> bool:
+        mode = modes[0]
+        if len(modes) > 1:
+            mode = Mode.MERGE if _merge_shrinks(view) else Mode.STREAM
+        group = Group(tuple(view.ix.names[i] for i in view.members), mode)
+        return group_cost(graph, group, hw).feasible
+
+    return fits
 
 
 _GREEDY_PHASES: tuple[Callable[[GroupView, tuple[Mode, ...]], bool], ...] = (
@@ -106,7 +131,7 @@ def plan_from_edges(
     cfg = config or PlannerConfig()
     ix = graph_index(graph)
     pos = graph.op_index
-    allowed = set(_edge_index(graph, cfg))
+    allowed = set(edge_index(graph, cfg))
     chosen_preds: list[list[int]] = [[] for _ in range(ix.n)]
     for producer, consumer in fused_edges:
         for name in (producer, consumer):

@@ -1,128 +1,83 @@
 """Every legal plan, streamed one at a time, and their exact number without listing them.
 
-A plan is built by repeatedly taking the group that holds the lowest op not yet covered
-(so each partition is produced exactly once). A partial plan is summarised by a small
-state: the ops already covered ahead of that lowest op and, for each *open* group (one
-holding such ops), what it reaches in the graph where chosen groups are contracted to
-single nodes. A new group is acceptable only if it is convex in that contracted graph,
-which is exactly the condition that the quotient graph of the final plan is acyclic
-(contracting a set of a DAG leaves a DAG iff no path leaves the set and re-enters it).
+Both run on the ideal lattice of :mod:`fusiontune.planner.lattice`: a plan is a chain of
+ideals whose steps are legal groups. A plan whose quotient has several topological orders is
+many chains, so:
 
-``count_plans`` runs the same transitions as a forward dynamic programme over states
-(states merge when partial plans look alike to the rest of the graph), so it is exact and
-fast on chain-like networks; ``enumerate_plans`` walks them depth-first and yields plans.
+- :func:`enumerate_plans` walks chains depth-first and keeps only the one in *lexicographic
+  normal form* (Anisimov & Knuth 1979): order groups by their first op; a chain is kept iff
+  every group it adds is preceded, after the last group it reads from, only by groups of
+  smaller first op. Each plan has exactly one such chain.
+- :func:`count_plans` counts plans, not chains, by inclusion–exclusion over the groups that
+  start a plan: with ``h(D)`` the number of plans of the ops outside ideal ``D``,
+  ``h(D) = Σ_F (-1)^(|F|+1) · Π_{g∈F} modes(g) · h(D ∪ ⋃F)`` over non-empty families ``F`` of
+  pairwise disjoint legal groups ``g`` with ``D ∪ g`` an ideal (each plan's set ``S`` of
+  source groups contributes ``Σ_{∅≠F⊆S} (-1)^(|F|+1) = 1``). Two such groups never read each
+  other (a group that reads another is not a step from ``D``), so disjointness is enough.
+
+Neither needs a cap on group size; both are exact (checked against brute force over all set
+partitions in the tests).
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 
 from fusiontune.ir.graph import Graph
-from fusiontune.planner._index import graph_index
-from fusiontune.planner.candidates import PlannerConfig, candidate_table
-from fusiontune.planner.plan import Group, Mode, Plan
-
-Opens = tuple[tuple[int, int], ...]  # (members at/after the frontier, reach) per open group
-State = tuple[int, int, Opens]  # (lowest uncovered op, covered ops ahead of it, open groups)
-
-
-@dataclass(frozen=True)
-class _Move:
-    """A candidate op set seen from the enumeration (index form)."""
-
-    members: tuple[int, ...]
-    mask: int
-    modes: tuple[Mode, ...]
-    out_reach: int  # ops reachable from the set by a path that leaves it
-    jump: int  # the set and everything reachable from any member
-    groups: tuple[Group, ...]  # the set as a Group, one per legal mode
-
-
-@dataclass(frozen=True, eq=False)
-class _Space:
-    n: int
-    names: tuple[str, ...]
-    moves: tuple[tuple[_Move, ...], ...]  # by lowest member
-
-
-@lru_cache(maxsize=16)
-def _space(graph: Graph, config: PlannerConfig) -> _Space:
-    ix = graph_index(graph)
-    by_min: list[list[_Move]] = [[] for _ in range(ix.n)]
-    for c in candidate_table(graph, config):
-        out = jump = 0
-        for i in c.members:
-            jump |= (1 << i) | ix.desc[i]
-            for s in ix.succs[i]:
-                if not c.mask >> s & 1:
-                    out |= (1 << s) | ix.desc[s]
-        ops = tuple(ix.names[i] for i in c.members)
-        groups = tuple(Group(ops, mode) for mode in c.modes)
-        by_min[c.members[0]].append(_Move(c.members, c.mask, c.modes, out, jump, groups))
-    return _Space(ix.n, ix.names, tuple(tuple(m) for m in by_min))
-
-
-def _step(state: State, move: _Move, n: int) -> State | None:
-    """The state after adding ``move`` (None when it would close a cycle of groups)."""
-    u, covered, opens = state
-    if move.mask & covered:
-        return None
-    reach = _close(move.out_reach, opens)
-    if reach & move.mask:
-        return None
-    new_reach = _close(move.jump, opens)
-    grown = [(h, r | new_reach) if r & move.mask else (h, r) for h, r in opens]
-    grown.append((move.mask, new_reach))
-    cov = covered | move.mask
-    shifted = cov >> u
-    u_next = u + ((shifted + 1) & ~shifted).bit_length() - 1
-    if u_next >= n:
-        return (n, 0, ())
-    keep = ~((1 << u_next) - 1)
-    new_opens = tuple(sorted((h & keep, r & keep) for h, r in grown if h & keep))
-    return (u_next, cov & keep, new_opens)
-
-
-def _close(reach: int, opens: Opens) -> int:
-    """Extend ``reach`` through the open groups it touches (contracted-graph reachability)."""
-    used = 0
-    changed = True
-    while changed:
-        changed = False
-        for k, (h, r) in enumerate(opens):
-            if not used >> k & 1 and reach & h:
-                reach |= r
-                used |= 1 << k
-                changed = True
-    return reach
+from fusiontune.planner._index import bits
+from fusiontune.planner.lattice import Lattice, Transition, ideals
+from fusiontune.planner.plan import Group, Plan, PlannerConfig
 
 
 def count_plans(graph: Graph, config: PlannerConfig | None = None) -> int:
-    """Exact number of legal plans (partitions into legal groups times mode choices).
+    """Exact number of legal plans (partitions into legal groups, times mode choices).
 
-    Never enumerates: a forward dynamic programme over partial-plan states. Returns a Python
-    int (astronomically large for deep networks).
+    Never enumerates plans: a dynamic programme over the ideals of the graph. Returns a
+    Python int (astronomically large for deep networks).
     """
-    space = _space(graph, config or PlannerConfig())
-    n = space.n
-    if n == 0:
+    return _count(graph, config or PlannerConfig())
+
+
+@lru_cache(maxsize=16)
+def _count(graph: Graph, config: PlannerConfig) -> int:
+    lat = Lattice(graph, config)
+    if lat.s.n == 0:
         return 1
-    layers: list[dict[State, int]] = [defaultdict(int) for _ in range(n + 1)]
-    layers[0][(0, 0, ())] = 1
-    for u in range(n):
-        layer = layers[u]
-        moves = space.moves[u]
-        for state, ways in layer.items():
-            for move in moves:
-                nxt = _step(state, move, n)
-                if nxt is not None:
-                    layers[nxt[0]][nxt] += ways * len(move.modes)
-        layers[u] = {}  # free memory as we go
-    return sum(layers[n].values())
+    full = lat.full
+    h: dict[int, int] = {full: 1}
+    for base in reversed(ideals(lat)):
+        if base == full:
+            continue
+        steps = [(t.mask, len(t.modes)) for t in lat.walk(base)]
+        frontier = lat.frontier(base)
+        # only groups missing part of the frontier can share a family with another group
+        partial = [(m, w) for m, w in steps if frontier & ~m]
+        total = 0
+        for m, w in steps:
+            total += w * h[base | m]
+        if len(partial) > 1:
+            total += _families(partial, h, base)
+        h[base] = total
+    return h[0]
+
+
+def _families(steps: list[tuple[int, int]], h: dict[int, int], base: int) -> int:
+    """Signed sum over families of >= 2 pairwise disjoint steps (see the module docstring)."""
+    total = 0
+    stack: list[tuple[int, int, int, int]] = []  # (next index, union, sign, weight)
+    for k, (m, w) in enumerate(steps):
+        stack.append((k + 1, m, 1, w))
+        while stack:
+            start, union, sign, weight = stack.pop()
+            for j in range(start, len(steps)):
+                mj, wj = steps[j]
+                if mj & union:
+                    continue
+                u2, w2 = union | mj, weight * wj
+                total -= sign * w2 * h[base | u2]
+                stack.append((j + 1, u2, -sign, w2))
+    return total
 
 
 def enumerate_plans(
@@ -130,39 +85,87 @@ def enumerate_plans(
 ) -> Iterator[Plan]:
     """Yield every legal plan exactly once (at most ``limit``), streaming.
 
-    Depth-first over the same states as :func:`count_plans`; memory grows with the depth
-    (number of groups), never with the number of plans. Deterministic order: the group of
-    the lowest uncovered op is tried by size, then ops, then mode.
+    Depth-first over chains of ideals in lexicographic normal form (module docstring);
+    memory grows with the number of groups of a plan, never with the number of plans.
+    Deterministic order.
     """
     if limit is not None and limit <= 0:
         return
-    space = _space(graph, config or PlannerConfig())
-    n = space.n
-    produced = 0
-    path: list[_Move] = []
-    stack: list[tuple[State, Iterator[_Move]]] = [((0, 0, ()), iter(space.moves[0] if n else ()))]
+    lat = Lattice(graph, config or PlannerConfig())
+    n = lat.s.n
     if n == 0:
         yield Plan(())
         return
-    while stack:
-        state, moves = stack[-1]
-        move = next(moves, None)
-        if move is None:
-            stack.pop()
+    names = lat.s.ix.names
+    pred_mask = lat.s.pred_mask
+    full = lat.full
+    cache: dict[int, list[Transition]] = {}
+
+    def steps(base: int) -> list[Transition]:
+        hit = cache.get(base)
+        if hit is None:
+            hit = cache[base] = list(lat.walk(base))
+        return hit
+
+    produced = 0
+    # path entries: (group mask, first op); frames: (ideal, index into its steps)
+    path: list[tuple[int, int, Transition]] = []
+    frames: list[tuple[int, int]] = [(0, 0)]
+    while frames:
+        base, k = frames[-1]
+        options = steps(base)
+        if k >= len(options):
+            frames.pop()
             if path:
                 path.pop()
             continue
-        nxt = _step(state, move, n)
-        if nxt is None:
+        frames[-1] = (base, k + 1)
+        t = options[k]
+        first = (t.mask & -t.mask).bit_length() - 1
+        if not _normal(path, t.mask, first, pred_mask):
             continue
-        path.append(move)
-        if nxt[0] >= n:
-            # groups come in order of their first op, ops sorted: already canonical
-            for groups in itertools.product(*(m.groups for m in path)):
-                yield Plan(groups)
+        if base | t.mask == full:
+            chosen = [*path, (t.mask, first, t)]
+            for plan in _plans(graph, names, chosen):
+                yield plan
                 produced += 1
                 if limit is not None and produced >= limit:
                     return
-            path.pop()
             continue
-        stack.append((nxt, iter(space.moves[nxt[0]])))
+        path.append((t.mask, first, t))
+        frames.append((base | t.mask, 0))
+
+
+def _normal(
+    path: list[tuple[int, int, Transition]], mask: int, first: int, pred_mask: tuple[int, ...]
+) -> bool:
+    """Whether adding group ``mask`` keeps the chain in lexicographic normal form."""
+    reads = 0
+    for i in bits(mask):
+        reads |= pred_mask[i]
+    reads &= ~mask
+    for g_mask, g_first, _ in reversed(path):
+        if g_mask & reads:
+            return True
+        if g_first > first:
+            return False
+    return True
+
+
+def _plans(
+    graph: Graph, names: tuple[str, ...], chosen: list[tuple[int, int, Transition]]
+) -> Iterator[Plan]:
+    chosen = sorted(chosen, key=lambda c: c[1])
+    ops = [tuple(names[i] for i in bits(m)) for m, _, _ in chosen]
+    mode_lists = [t.modes for _, _, t in chosen]
+
+    def rec(k: int, acc: list[Group]) -> Iterator[Plan]:
+        if k == len(ops):
+            yield Plan(tuple(acc))
+            return
+        for mode in mode_lists[k]:
+            acc.append(Group(ops[k], mode))
+            yield from rec(k + 1, acc)
+            acc.pop()
+
+    yield from rec(0, [])

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, graph_index
-from fusiontune.planner.candidates import PlannerConfig, candidate_table, group_pattern
+from fusiontune.planner.lattice import PATTERN_BITS, walk_summary
 from fusiontune.planner.legality import GroupView, Refusal, natural_modes, view_refusals
-from fusiontune.planner.plan import Group, Mode
+from fusiontune.planner.plan import Mode, PlannerConfig
 
 
 @dataclass(frozen=True)
@@ -51,25 +51,14 @@ def explain(graph: Graph, config: PlannerConfig | None = None) -> list[EdgeExpla
     """One :class:`EdgeExplanation` per activation edge, in (producer, consumer) order."""
     cfg = config or PlannerConfig()
     ix = graph_index(graph)
-    patterns: dict[tuple[int, int], set[str]] = {}
-    for cand in candidate_table(graph, cfg):
-        if len(cand.members) < 2:
-            continue
-        labels = set()
-        for mode in cand.modes:
-            label = group_pattern(graph, Group(tuple(ix.names[i] for i in cand.members), mode))
-            labels.update(label.split("+"))
-        for i in cand.members:
-            for s in ix.succs[i]:
-                if cand.mask >> s & 1:
-                    patterns.setdefault((i, s), set()).update(labels)
+    labels = walk_summary(graph, cfg).edge_labels
     out = []
     for p, c, tensor in ix.edges:
         pair = GroupView.of(ix, (p, c), cfg)
         refusals: list[Refusal] = []
         for mode in natural_modes(pair):
             refusals += view_refusals(pair, mode)
-        chain = _merge_chain(ix, p, c, cfg.max_group_size)
+        chain = _merge_chain(ix, p, c, cfg.max_group_size or ix.n)
         if chain is not None and len(chain) > 2:
             refusals += view_refusals(GroupView.of(ix, chain, cfg), Mode.MERGE)
         out.append(
@@ -77,7 +66,7 @@ def explain(graph: Graph, config: PlannerConfig | None = None) -> list[EdgeExpla
                 producer=ix.names[p],
                 consumer=ix.names[c],
                 tensor=tensor,
-                patterns=tuple(sorted(patterns.get((p, c), ()))),
+                patterns=tuple(k for k, b in PATTERN_BITS.items() if labels.get((p, c), 0) & b),
                 refusals=tuple(dict.fromkeys(refusals)),
             )
         )

@@ -11,7 +11,7 @@ rules: the mode does not fit the group (``mode``), or no enabled fusion pattern 
 shape (``pattern``).
 
 What each mode admits (every group: connected over activation edges, convex, no OPAQUE
-op unless alone, at most ``max_group_size`` ops):
+op unless alone; no size limit unless the user sets ``PlannerConfig.max_group_size``):
 
 - ``fused`` (>= 2 ops, <= 1 LINEAR): P1 ops (AFFINE, ELEMWISE, BINARY, LAYOUT, STATS) around
   at most one anchor, a LINEAR or a WINDOW, before or after it (prologues included:
@@ -34,16 +34,12 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, bits, graph_index
-from fusiontune.planner.plan import Mode, Plan
-
-if TYPE_CHECKING:
-    from fusiontune.planner.candidates import PlannerConfig
+from fusiontune.planner.plan import Mode, Plan, PlannerConfig
 
 RULE_SHAPE = 0  # not a numbered rule: mode/pattern mismatch
 RULE_CONVEX = 1
@@ -52,7 +48,6 @@ RULE_BATCH_STATS = 3
 RULE_FANOUT = 4
 RULE_PADDED_FOLD = 5
 RULE_OPAQUE = 6
-RULE_SIZE_CAP = 8
 
 # P1 members: element-wise ops that ride along with a producer in one pass (DESIGN §4)
 P1_CLASSES = frozenset(
@@ -136,14 +131,14 @@ RuleFn = Callable[[GroupView, Mode], "Refusal | None"]
 
 # ---- rules that hold for every mode ------------------------------------------------------
 def rule_size_cap(view: GroupView, mode: Mode) -> Refusal | None:
-    """Rule 8: at most ``config.max_group_size`` ops per group."""
+    """The optional user cap ``config.max_group_size`` (not a legality rule; off by default)."""
     cap = view.config.max_group_size
-    if len(view.members) > cap:
+    if cap is not None and len(view.members) > cap:
         return Refusal(
-            RULE_SIZE_CAP,
+            RULE_SHAPE,
             "size-cap",
             f"group of {len(view.members)} ops starting at '{view.name(view.members[0])}' "
-            f"exceeds max_group_size={cap}",
+            f"exceeds the configured max_group_size={cap} (a user cap, not a legality rule)",
         )
     return None
 
@@ -652,11 +647,7 @@ def _names(view: GroupView, idx: Iterable[int]) -> str:
 
 
 def _config(config: PlannerConfig | None) -> PlannerConfig:
-    if config is not None:
-        return config
-    from fusiontune.planner.candidates import PlannerConfig
-
-    return PlannerConfig()
+    return config if config is not None else PlannerConfig()
 
 
 def _view(graph: Graph, ops: Iterable[str], config: PlannerConfig | None) -> GroupView:

@@ -11,16 +11,52 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.errors import IllegalPlanError
+from fusiontune.errors import ConfigError, IllegalPlanError
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
-    from fusiontune.planner.candidates import PlannerConfig
+
+ALL_PATTERNS = frozenset({"P1", "P2", "P3", "P4"})
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the planner.
+
+    Attributes:
+        max_group_size: an optional cap on the ops of one group (``None``, the default: no
+            cap). Groups are bounded by legality (DESIGN §5 rules 1–6) and capacity (rule 7);
+            a cap is a user knob for experiments, never part of "the optimum".
+        patterns: enabled fusion patterns (DESIGN §4), for ablations such as
+            ``{"P1"}`` or ``{"P1", "P2"}``. P1 element-wise, P2 conv+pool, P3 merge, P4 stream.
+    """
+
+    max_group_size: int | None = None
+    patterns: frozenset[str] = field(default_factory=lambda: ALL_PATTERNS)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patterns", frozenset(self.patterns))
+        cap = self.max_group_size
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ConfigError(
+                f"PlannerConfig.max_group_size: expected an integer >= 1 or None (no cap), "
+                f"got {cap!r}"
+            )
+        unknown = sorted(self.patterns - ALL_PATTERNS)
+        if unknown:
+            raise ConfigError(
+                f"PlannerConfig.patterns: unknown pattern(s) {unknown}; allowed: "
+                + ", ".join(sorted(ALL_PATTERNS))
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain form (stored with studies and results)."""
+        return {"max_group_size": self.max_group_size, "patterns": sorted(self.patterns)}
 
 
 class Mode(str, Enum):

@@ -286,13 +286,15 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
     hardware."""
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
-    from fusiontune.search.oracle import exact_optimum
+    from fusiontune.search.optimize import optimal_plan
+    from fusiontune.sim.bounds import capacity_bound
+    from fusiontune.sim.cost import lower_bound
 
-    graph, cfg = problem.graph, problem.config
+    graph, cfg, hw = problem.graph, problem.config, problem.base_hw
     out = {
         "unfused": _evaluate(problem, unfused_plan(graph)),
         "tvm_like": _evaluate(problem, tvm_like_plan(graph, cfg)),
-        "greedy": _evaluate(problem, greedy_plan(graph, cfg)),
+        "greedy": _evaluate(problem, greedy_plan(graph, cfg, hw)),
     }
     n_plans = count_plans(graph, cfg)
     info: dict[str, Any] = {"count_plans": int(n_plans)}
@@ -303,16 +305,24 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
             out["exhaustive"] = best
     objective = problem.space.objective
     oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
-    oracle = exact_optimum(graph, problem.base_hw, oracle_objective, cfg)
-    if oracle is not None:
+    oracle = optimal_plan(graph, hw, oracle_objective, config=cfg)
+    info["lower_bounds"] = {
+        "compulsory_bytes": lower_bound(graph, hw),
+        "capacity_bytes": capacity_bound(graph, hw),
+    }
+    info.update(
+        oracle_objective=oracle_objective,
+        oracle_status=oracle.status,
+        oracle_proven=oracle.proven,
+        oracle_gap=oracle.gap,
+        oracle_lower_bound=oracle.lower_bound,
+        oracle_s=oracle.solve_s,
+        oracle_ideals=oracle.n_ideals,
+        oracle_groups=oracle.n_groups,
+    )
+    if oracle.plan is not None:
         out["oracle"] = _evaluate(problem, oracle.plan)
-        info.update(
-            oracle_objective=oracle_objective,
-            optimum=oracle.optimum,
-            oracle_groups=oracle.n_groups_considered,
-            oracle_cuts=oracle.n_cuts,
-            oracle_s=oracle.solve_s,
-        )
+        info["optimum"] = oracle.value
     return out, info
 
 

@@ -184,7 +184,11 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
             f"| {label} | {_num(b.get('traffic_bytes'))} | {_num(b.get('energy_pj'))} | "
             f"{_num(b.get('cycles'))} | {_num(b['values'][0] if b.get('values') else None)} |"
         )
-    lines.append(f"| lower bound | {_num(best.get('lower_bound_bytes'))} | | | |")
+    bounds = s.get("lower_bounds") or {}
+    compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
+    lines.append(f"| lower bound, compulsory | {_num(compulsory)} | | | |")
+    if "capacity_bytes" in bounds:
+        lines.append(f"| lower bound, with capacity | {_num(bounds['capacity_bytes'])} | | | |")
     lines.append("")
     if "traffic_saved_vs_unfused" in s:
         lines.append(f"Traffic saved vs unfused: **{100 * s['traffic_saved_vs_unfused']:.1f} %**.")
@@ -193,6 +197,14 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
             f"Best found / proven optimum ({s.get('oracle_objective')}): "
             f"**{s['best_over_optimum']:.4f}**."
         )
+    if s.get("oracle_status") == "optimal":
+        lines.append(
+            "The optimum is proven over all legal partitions (no cap on group size), "
+            f"in {s.get('oracle_s', 0.0):.2f} s."
+        )
+    elif s.get("oracle_status") == "time_limit":
+        lines.append(f"The optimizer stopped at its time limit with a proven gap of "
+                     f"{100 * s.get('oracle_gap', 0.0):.2f} %.")  # fmt: skip
     lines.append("")
     lines += [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ Format::
     objective: traffic        # traffic | energy | cycles | edp | multi
     sampler: local            # local | local-tpe | tpe | random | nsga2 | bruteforce
     trials: 300
-    max_group_size: 12        # planner rule 8
+    max_group_size: null      # optional cap on ops per group (null: none, the default)
     knobs:                    # optional hardware knobs, each a HardwareConfig field
       buffer_bytes: {low: 65536, high: 4194304, log: true}
       adc_bits: {choices: [6, 7, 8]}
@@ -57,8 +57,9 @@ DEFAULT_TRIALS = 300
 """Default budget: ``fusiontune search resnet18`` (Ray, 2 workers) takes well under a minute
 on 2 cores, inside the two-minute target (measured; see results/bench_search.json)."""
 
-DEFAULT_MAX_GROUP_SIZE = 12
-"""Planner rule 8 default (PlannerConfig.max_group_size)."""
+DEFAULT_MAX_GROUP_SIZE: int | None = None
+"""No cap on group size (PlannerConfig.max_group_size): groups are bounded by legality and
+capacity only; a cap is a user knob for experiments."""
 
 DEFAULT_SPACE_YAML = """\
 # fusiontune default search space: fusion decisions only, on the default hardware preset.
@@ -66,7 +67,7 @@ hardware: null          # preset name or YAML path; null = the simulator's defau
 objective: traffic      # traffic | energy | cycles | edp | multi
 sampler: local          # local | local-tpe | tpe | random | nsga2 | bruteforce
 trials: 300             # resnet18: about 30 s on 2 cores
-max_group_size: 12      # planner rule 8: largest fusion group considered
+max_group_size: null    # optional cap on ops per group; null = none (legality + capacity)
 knobs: {}               # hardware knobs to co-search (see codesign.yaml)
 constraints: {}         # caps on Metrics fields, e.g. energy_pj: {max: 1.0e9}
 """
@@ -127,7 +128,7 @@ class SearchSpace:
         objective: one of :data:`OBJECTIVES`.
         sampler: one of :data:`SAMPLERS`.
         trials: trial budget.
-        max_group_size: planner rule 8 cap.
+        max_group_size: optional cap on the ops of one group (``None``: no cap).
         knobs: hardware knobs to search (empty: fixed hardware).
         constraints: caps on Metrics fields.
         source: file the space came from (``<default>`` for the embedded one).
@@ -137,7 +138,7 @@ class SearchSpace:
     objective: str = "traffic"
     sampler: str = DEFAULT_SAMPLER
     trials: int = DEFAULT_TRIALS
-    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    max_group_size: int | None = DEFAULT_MAX_GROUP_SIZE
     knobs: tuple[Knob, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     source: str = "<default>"
@@ -203,7 +204,11 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     objective = _choice(data, "objective", OBJECTIVES, "traffic", source)
     sampler = _choice(data, "sampler", SAMPLERS, DEFAULT_SAMPLER, source)
     trials = _positive_int(data, "trials", DEFAULT_TRIALS, source)
-    max_group_size = _positive_int(data, "max_group_size", DEFAULT_MAX_GROUP_SIZE, source)
+    max_group_size = (
+        None
+        if data.get("max_group_size") is None
+        else _positive_int(data, "max_group_size", 1, source)
+    )
     knobs = tuple(_parse_knob(name, spec, source) for name, spec in _mapping(data, "knobs", source))
     constraints = tuple(
         _parse_constraint(name, spec, source)

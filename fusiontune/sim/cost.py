@@ -6,7 +6,9 @@ The evaluation reads as a short list of stages, per group:
    itself (graph inputs included) plus bytes of each tensor it produces that is consumed
    outside it or is a graph output (unused optional outputs cost nothing);
    ``act_bytes = ceil(act_bits / 8)`` per element. Weights are programmed from DRAM once
-   per inference (``weight_load_bytes``) unless ``hw.weights_resident``.
+   per inference (``weight_load_bytes``) unless ``hw.weights_resident``. With
+   ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
+   schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel._weight_reload`).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
@@ -16,17 +18,22 @@ The evaluation reads as a short list of stages, per group:
    row of every column tile is driven once (DAC drives).
 3. **on-chip buffer accesses** — DMA staging of every DRAM byte, each LINEAR op reading one
    input vector of ``rows`` elements per product and writing its output, every other
-   non-LAYOUT op reading its inputs and writing its output once. AFFINE ops folded into a
-   LINEAR op's weights (and LAYOUT views) cost nothing.
+   non-LAYOUT op reading its inputs and writing its output once; with ``hw.psum_bits`` and
+   ``hw.array_units``, the partial sums of row tiles that take turns
+   (:func:`fusiontune.sim.groupmodel._psum_elems`). AFFINE ops folded into a LINEAR op's
+   weights (and LAYOUT views) cost nothing.
 4. **energy** — DRAM bytes x 8 x E_dram + buffer bytes x 8 x E_buf + cell ops x E_cell +
    conversions x E_adc + drives x E_dac + (shift-adds x E_shift_add + element ops x E_alu)
    + programmed cells x E_program (only when weights are not resident).
-5. **cycles** — ``max(compute, memory)`` (double buffering). A LINEAR stage takes
+5. **cycles** — ``max(compute, memory)`` (double buffering; ``compute + memory`` when
+   ``hw.overlap_memory_compute`` is False). A LINEAR stage takes
    ``vectors x input_slices x slice_cycles`` (``slice_cycles``: the crossbar read or the
-   ADCs shared by ``cols_per_adc`` columns, the slower); element ops run on
+   ADCs shared by ``cols_per_adc`` columns, the slower), times ``ceil(tiles / array_units)``
+   when its crossbar tiles take turns on ``hw.array_units`` arrays; element ops run on
    ``digital_ops_per_cycle`` lanes alongside. A group runs at the pace of its slowest stage
    plus the pipeline fill of a ``stream`` group: each stage but the last must first produce
-   ``k0`` of its ``out_rows`` rows for the next stage's window.
+   ``k0`` of its ``out_rows`` rows for the next stage's window. Stages that share the arrays
+   (their tiles together exceed ``array_units``) run one after the other instead.
 6. **capacity** (rule 7) — line buffers, held and skip tensors must fit ``buffer_bytes``;
    resident weights of the whole plan must fit ``n_crossbars``; with weights loaded per
    inference a single matrix is time-multiplexed over the crossbars, but the stages of a
@@ -48,29 +55,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusiontune.ir.opclass import OpClass
+from fusiontune.sim.groupmodel import (
+    BITS_PER_BYTE,  # noqa: F401  (re-exported: the one definition lives in groupmodel)
+    FLOAT_FIELDS,
+    INT_FIELDS,
+    GroupTotals,
+    clear_models,
+    group_model,
+)
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.needs import GLOBAL_POOLS, SPATIAL_POOLS, group_needs, linear_matrix
+from fusiontune.sim.needs import GLOBAL_POOLS, SPATIAL_POOLS, linear_matrix
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
     from fusiontune.planner.plan import Group, Plan
 
-BITS_PER_BYTE = 8
 STATS_OPS_PER_ELEM = 2  # modelling convention: one statistics pass + one normalising pass
 ELEMENT_OPS_PER_ELEM = 1  # modelling convention: one ALU op per output element
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose group costs stay cached
-
-# additive integer counts and additive float energies, in this order in the cached vectors
-INT_FIELDS = (
-    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "act_traffic_bytes",
-    "traffic_bytes", "dram_read_bytes", "dram_write_bytes", "buffer_access_bytes",
-    "macs", "cell_ops", "adc_conversions", "dac_drives", "digital_ops", "programmed_cells",
-    "compute_cycles", "memory_cycles", "cycles",
-)  # fmt: skip
-FLOAT_FIELDS = (
-    "dram_pj", "buffer_pj", "cell_pj", "adc_pj", "dac_pj", "digital_pj", "weight_program_pj",
-    "energy_pj",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class CostFields:
     act_read_bytes: int
     act_write_bytes: int
     weight_load_bytes: int
+    reload_bytes: int
     act_traffic_bytes: int
     traffic_bytes: int
     dram_read_bytes: int
@@ -181,6 +184,7 @@ def clear_cache() -> None:
     """Drop every cached group cost (benchmarks measure the cold path with it)."""
     _CACHE.clear()
     _LOWER.clear()
+    clear_models()
 
 
 def _default_hw() -> HardwareConfig:
@@ -224,135 +228,53 @@ def _element_ops(graph: Graph, op: Op) -> int:
     return ELEMENT_OPS_PER_ELEM * out
 
 
-def _traffic(graph: Graph, ops: tuple[Op, ...], inside: set[str]) -> tuple[int, int]:
-    """Activation elements read from outside and written for outside (DESIGN §6)."""
-    produced = {t for op in ops for t in op.outputs if t}
-    reads: dict[str, None] = {}
-    for op in ops:
-        for t in graph.activation_inputs(op):
-            if t not in produced:
-                reads[t] = None
-    graph_outputs = set(graph.outputs)
-    consumers = graph.consumer_map
-    writes = [
-        t
-        for t in produced
-        if t in graph_outputs or any(c not in inside for c in consumers.get(t, ()))
-    ]
-    return sum(_numel(graph, t) for t in reads), sum(_numel(graph, t) for t in writes)
-
-
 def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
-    ops = graph.subgraph_ops(group.ops)
-    inside = set(group.ops)
-    needs = group_needs(graph, group)
+    model = group_model(graph, hw)
+    pos = graph.op_index
+    totals = model.evaluate([pos[n] for n in group.ops], group.mode)
+    return group_metrics(group, totals, hw)
+
+
+def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> GroupMetrics:
+    """A :class:`GroupMetrics` row from a group's totals (rule-7 violations in words)."""
     ab = hw.act_bytes
-    read_elems, write_elems = _traffic(graph, ops, inside)
-    act_read, act_write = read_elems * ab, write_elems * ab
-
-    # crossbar mapping
-    ws, ins = hw.weight_slices, hw.input_slices
-    macs = cell_ops = conversions = drives = crossbars = programmed = weight_bytes = 0
-    vector_reads = 0
-    stages: list[int] = []
-    for m in needs.matrices:
-        phys_cols = m.cols * ws
-        row_tiles = math.ceil(m.rows / hw.crossbar_rows)
-        col_tiles = math.ceil(phys_cols / hw.crossbar_cols)
-        crossbars += row_tiles * col_tiles * m.count
-        macs += m.macs
-        cell_ops += m.vectors * ins * m.rows * phys_cols * m.count
-        conversions += m.vectors * ins * row_tiles * phys_cols * m.count
-        drives += m.vectors * ins * m.rows * col_tiles * m.count
-        programmed += m.rows * phys_cols * m.count
-        weight_bytes += hw.weight_bytes(m.n_weights)
-        vector_reads += m.vectors * m.rows * m.count
-        stages.append(m.vectors * ins * hw.slice_cycles)
-    weight_load = 0 if hw.weights_resident else weight_bytes
-    programmed = 0 if hw.weights_resident else programmed
-
-    # digital work and buffer accesses of the ops
-    merged = group.mode.value == "merge" and len(needs.matrices) < sum(
-        1 for op in ops if op.op_class is OpClass.LINEAR
-    )
-    last_linear = max((op.name for op in ops if op.op_class is OpClass.LINEAR),
-                      key=graph.op_index.__getitem__, default=None)  # fmt: skip
-    digital = 0
-    buffer_elems = vector_reads
-    for op in ops:
-        if op.op_class is OpClass.LINEAR:
-            if merged and op.name != last_linear:
-                continue  # the merged matrix has no intermediate output
-            out = _numel(graph, op.outputs[0])
-            buffer_elems += out
-            has_bias = any(
-                len(o.inputs) > 2 and o.inputs[2] for o in ops if o.op_class is OpClass.LINEAR
-            ) if merged else len(op.inputs) > 2 and bool(op.inputs[2])  # fmt: skip
-            digital += out if has_bias else 0
-            continue
-        if op.op_class is OpClass.LAYOUT or op.name in needs.folded_ops:
-            continue
-        digital += _element_ops(graph, op)
-        buffer_elems += sum(_numel(graph, t) for t in graph.activation_inputs(op))
-        buffer_elems += sum(_numel(graph, t) for t in op.outputs if t)
-    buffer_access = buffer_elems * ab + act_read + act_write
-
-    # energy
-    dram_bytes = act_read + act_write + weight_load
-    dram_pj = dram_bytes * BITS_PER_BYTE * hw.dram_pj_per_bit
-    buffer_pj = buffer_access * BITS_PER_BYTE * hw.buffer_pj_per_bit
-    cell_pj = cell_ops * hw.cell_op_pj
-    adc_pj = conversions * hw.adc_pj_per_conversion
-    dac_pj = drives * hw.dac_pj_per_drive
-    digital_pj = conversions * hw.shift_add_pj + digital * hw.digital_op_pj
-    program_pj = programmed * hw.weight_program_pj_per_cell
-    energy = dram_pj + buffer_pj + cell_pj + adc_pj + dac_pj + digital_pj + program_pj
-
-    # cycles
-    fill = 0
-    for m, nxt, stage in zip(needs.matrices, needs.matrices[1:], stages):
-        fill += math.ceil(stage * min(nxt.window_rows, m.out_rows) / m.out_rows)
-    digital_cycles = math.ceil(digital / hw.digital_ops_per_cycle)
-    compute = max([*stages, digital_cycles]) + fill
-    memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
-    cycles = max(compute, memory)
-
-    # capacity (rule 7)
-    violations: list[str] = []
-    buffer_needed = needs.buffer_elems * ab
     name = _group_name(group)
-    if buffer_needed > hw.buffer_bytes:
+    violations: list[str] = []
+    if totals.over_buffer:
         violations.append(
-            f"group {name}: needs {buffer_needed} B on chip (line buffers "
-            f"{needs.line_buffer_elems * ab} B, held {needs.held_elems * ab} B, skip "
-            f"{needs.skip_elems * ab} B), buffer_bytes is {hw.buffer_bytes}"
+            f"group {name}: needs {totals.buffer_needed_bytes} B on chip (line buffers "
+            f"{totals.line_elems * ab} B, held {totals.held_elems * ab} B, skip "
+            f"{totals.skip_elems * ab} B), buffer_bytes is {hw.buffer_bytes}"
         )
-    stream_stages = len(needs.matrices) > 1
-    if crossbars > hw.n_crossbars and (hw.weights_resident or stream_stages):
-        what = "its stages' weights at once" if stream_stages else "its weights"
+    if totals.over_crossbars:
+        what = "its stages' weights at once" if totals.n_matrices > 1 else "its weights"
         violations.append(
-            f"group {name}: needs {crossbars} crossbars for {what}, n_crossbars is {hw.n_crossbars}"
+            f"group {name}: needs {totals.crossbars_needed} crossbars for {what}, n_crossbars "
+            f"is {hw.n_crossbars}"
         )
-
-    ints = (
-        act_read, act_write, weight_load, act_read + act_write, dram_bytes,
-        act_read + weight_load, act_write, buffer_access, macs, cell_ops, conversions, drives,
-        digital, programmed, compute, memory, cycles,
-    )  # fmt: skip
-    floats = (dram_pj, buffer_pj, cell_pj, adc_pj, dac_pj, digital_pj, program_pj, energy)
+    n_int = len(INT_FIELDS)
+    ints = tuple(int(v) for v in totals.values[:n_int])
+    floats = tuple(float(v) for v in totals.values[n_int:])
     values: dict[str, Any] = {**dict(zip(INT_FIELDS, ints)), **dict(zip(FLOAT_FIELDS, floats))}
     return GroupMetrics(
         ops=group.ops,
         mode=group.mode.value,
         **values,
-        buffer_needed_bytes=buffer_needed,
-        crossbars_needed=crossbars,
+        buffer_needed_bytes=totals.buffer_needed_bytes,
+        crossbars_needed=totals.crossbars_needed,
         feasible=not violations,
         violations=tuple(violations),
         # additive counts (< 2**53: exact in float64) and energies, then the non-additive
         # buffer bytes and crossbars and an infeasibility flag (see simulate)
         vector=np.array(
-            (*ints, *floats, buffer_needed, crossbars, float(bool(violations))), dtype=np.float64
+            (
+                *ints,
+                *floats,
+                totals.buffer_needed_bytes,
+                totals.crossbars_needed,
+                float(bool(violations)),
+            ),
+            dtype=np.float64,
         ),
     )
 

@@ -100,6 +100,21 @@ class HardwareConfig:
             False every weight matrix is loaded from DRAM and programmed once per inference.
         weight_program_pj_per_cell: programming one cell (assumed 2 pJ: a ReRAM SET/RESET pulse
             of 2 V x 100 uA x 10 ns; no row in cim-parameters.md).
+        array_units: crossbars that compute at the same time (0: every crossbar a group maps
+            computes in parallel, ISAAC-style). With ``n`` > 0 the crossbar tiles of a matrix take
+            turns on ``n`` arrays (ZigZag's single AIMC macro: 1; Stream's quad core: 4), and the
+            stages of a ``stream`` group share them unless all their tiles fit at once.
+        overlap_memory_compute: DRAM transfers overlap computation (double buffering: cycles =
+            max(compute, memory)); False adds them (Stream's per-layer schedule).
+        weight_reload: when weights are not resident and a matrix needs more crossbars than
+            ``n_crossbars``, count the DRAM re-reads of a tiled schedule (``reload_bytes``,
+            ZigZag-style): output tiles whose input and partial sums fit ``buffer_bytes``, each
+            re-loading the weights, and output-channel chunks, each re-reading the input. False
+            keeps the load-once idealisation.
+        psum_bits: precision of partial sums kept in the buffer (0: they stay in the array
+            periphery). With ``array_units``, the row tiles of a matrix that take turns pass
+            their partial sums through the buffer (written and read back once per extra turn);
+            ``weight_reload`` sizes its tiles with them (ZigZag: 16 = 2 x 8-bit activations).
     """
 
     name: str = "isaac_reram"
@@ -128,6 +143,10 @@ class HardwareConfig:
     clock_ghz: float = 1.0
     weights_resident: bool = True
     weight_program_pj_per_cell: float = 2.0
+    array_units: int = 0
+    overlap_memory_compute: bool = True
+    weight_reload: bool = False
+    psum_bits: int = 0
 
     def __post_init__(self) -> None:
         """Refuse out-of-range or contradictory values however the config was built (a direct
@@ -193,6 +212,9 @@ class HardwareConfig:
         """First 16 hex digits of the SHA-256 of the parameters (``name`` excluded)."""
         d = self.to_dict()
         d.pop("name")
+        for key, default in _HASHED_ONLY_WHEN_SET.items():
+            if d[key] == default:
+                d.pop(key)  # configs that leave the knob at its default keep their hash
         d["adc_pj_by_bits"] = sorted(d["adc_pj_by_bits"].items())
         text = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -241,10 +263,22 @@ _RULES: dict[str, tuple[str, float, float]] = {
     "clock_ghz": (_FLOAT, 1e-3, 1e3),
     "weight_program_pj_per_cell": (_FLOAT, 0.0, MAX_ENERGY_PJ),
     "weights_resident": (_BOOL, 0, 1),
+    "array_units": (_INT, 0, MAX_COUNT),
+    "overlap_memory_compute": (_BOOL, 0, 1),
+    "weight_reload": (_BOOL, 0, 1),
+    "psum_bits": (_INT, 0, 2 * MAX_INT_BITS),
     "name": (_STR, 0, 0),
     "dram_kind": (_STR, 0, 0),
 }
 _KEYS = tuple(f.name for f in fields(HardwareConfig))
+_HASHED_ONLY_WHEN_SET: dict[str, Any] = {
+    "array_units": HardwareConfig.array_units,
+    "overlap_memory_compute": HardwareConfig.overlap_memory_compute,
+    "weight_reload": HardwareConfig.weight_reload,
+    "psum_bits": HardwareConfig.psum_bits,
+}
+"""Knobs whose default reproduces the model before they existed: hashed only when changed, so
+every earlier config keeps its :attr:`HardwareConfig.hash` (stored results stay comparable)."""
 _DIRECT = "HardwareConfig"
 """Source named by errors of a config built directly (not from a file or overrides)."""
 
@@ -373,7 +407,8 @@ def load_hardware(
 
     Args:
         path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
-            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``) or a YAML path.
+            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``, ``zigzag_aimc``,
+            ``stream_tpu_like``) or a YAML path.
             A YAML file lists any subset of the fields; the rest keep their defaults.
         overrides: field values applied on top (validated the same way).
 

@@ -46,8 +46,6 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fusiontune.ir.opclass import OpClass
-
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
     from fusiontune.planner.plan import Group
@@ -176,88 +174,34 @@ def _held_elems(graph: Graph, op: Op) -> int:
     return math.prod(graph.tensors[op.outputs[0]].shape)  # Reduce*: an accumulator
 
 
-def _folded(graph: Graph, ops: tuple[Op, ...]) -> frozenset[str]:
-    """AFFINE ops folded into an adjacent LINEAR op's weights (no digital work left).
-
-    An AFFINE op is folded when its input comes straight from a LINEAR op of the group
-    (through LAYOUT views or other folded ops) and that input has no other consumer and is
-    not a graph output (rule 4: the intermediate must otherwise still exist).
-    """
-    folded: set[str] = set()
-    source_ok: set[str] = set()  # tensors coming straight out of a LINEAR (or folded) op
-    outputs = set(graph.outputs)
-    for op in ops:
-        if op.op_class is OpClass.LINEAR:
-            source_ok.add(op.outputs[0])
-            continue
-        if op.op_class not in (OpClass.AFFINE, OpClass.LAYOUT):
-            continue
-        acts = graph.activation_inputs(op)
-        if len(acts) != 1 or acts[0] not in source_ok:
-            continue
-        if acts[0] in outputs or len(graph.consumer_map.get(acts[0], ())) != 1:
-            continue
-        if op.op_class is OpClass.AFFINE:
-            folded.add(op.name)
-        source_ok.add(op.outputs[0])
-    return frozenset(folded)
-
-
 def group_needs(graph: Graph, group: Group) -> GroupNeeds:
-    """Buffer elements and weight matrices of one group (formulas in the module docstring)."""
-    ops = graph.subgraph_ops(group.ops)
-    produced_inside = {t for op in ops for t in op.outputs if t}
-    merged = group.mode.value == "merge"
+    """Buffer elements and weight matrices of one group (formulas in the module docstring).
 
-    # weight matrices
-    linear = [linear_matrix(graph, op) for op in ops if op.op_class is OpClass.LINEAR]
-    if merged and len(linear) >= 2:
-        first, last = linear[0], linear[-1]
-        names = tuple(n for m in linear for n in m.ops)
-        matrices: tuple[WeightMatrix, ...] = (
-            WeightMatrix(names, first.rows, last.cols, 1, first.vectors, first.out_rows, 1),
-        )
+    Computed by the group model (:mod:`fusiontune.sim.groupmodel`), the one implementation the
+    cost model and the optimizer share; elements do not depend on the hardware.
+    """
+    from fusiontune.sim.groupmodel import group_model
+    from fusiontune.sim.hardware import HardwareConfig
+
+    model = group_model(graph, HardwareConfig())
+    pos = graph.op_index
+    members = [pos[n] for n in group.ops]
+    totals = model.evaluate(members, group.mode)
+    linear = [i for i in sorted(members) if model.st.matrix[i] is not None]
+    if group.mode.value == "merge" and len(linear) >= 2:
+        matrices: tuple[WeightMatrix, ...] = (model.merged_matrix(members)[0],)
     else:
-        matrices = tuple(linear)
-
-    # line buffers: per intermediate tensor, the tallest window consuming it
-    line: dict[str, int] = {}
-    held = 0
-    delay: dict[str, int] = {}
-    skip = 0
-    for op in ops:
-        acts = graph.activation_inputs(op)
-        internal = [t for t in acts if t in produced_inside]
-        op_delay = 0
-        if _is_window(graph, op):
-            k0 = window_rows(graph, op)
-            op_delay = k0 - 1
-            for t in internal:
-                shape = graph.tensors[t].shape
-                need = min(k0, _rows(shape)) * _row_elems(shape)
-                line[t] = max(line.get(t, 0), need)
-        elif op.op_type in GLOBAL_POOLS and acts:
-            shape = graph.tensors[acts[0]].shape
-            op_delay = _rows(shape)
-            for t in internal:
-                line[t] = max(line.get(t, 0), shape[0] * shape[1])
-        elif op.op_class is OpClass.STATS and internal:
-            held += _held_elems(graph, op)
-            op_delay = _rows(graph.tensors[acts[0]].shape)
-        if op.op_class is OpClass.BINARY and len(acts) == 2:
-            a, b = sorted(acts, key=lambda t: delay.get(t, 0))
-            lag = delay.get(b, 0) - delay.get(a, 0)
-            if lag > 0:
-                shape = graph.tensors[a].shape
-                skip += min(math.prod(shape), _row_elems(shape) * lag)
-        out_delay = max((delay.get(t, 0) for t in acts), default=0) + op_delay
-        for t in op.outputs:
-            if t:
-                delay[t] = out_delay
+        matrices = tuple(m for i in linear if (m := model.st.matrix[i]) is not None)
+    names = graph_names(graph)
     return GroupNeeds(
-        line_buffer_elems=sum(line.values()),
-        held_elems=held,
-        skip_elems=skip,
+        line_buffer_elems=totals.line_elems,
+        held_elems=totals.held_elems,
+        skip_elems=totals.skip_elems,
         matrices=matrices,
-        folded_ops=_folded(graph, ops),
+        folded_ops=frozenset(names[i] for i in model.folded_ops(members)),
     )
+
+
+def graph_names(graph: Graph) -> tuple[str, ...]:
+    """Op names by topological position."""
+    return tuple(op.name for op in graph.ops)

@@ -1,0 +1,190 @@
+"""Lower bounds on the traffic of every plan: compulsory, and one that sees capacity.
+
+Traffic is a sum over activation tensors: a tensor costs its bytes once if its producer's
+group writes it (some reader is in another group, or it is a graph output) and once more for
+every *other* group that reads it (DESIGN §6). So a bound per tensor adds up to a bound per
+plan.
+
+- :func:`compulsory_bound` (``lower_bound`` in :mod:`fusiontune.sim.cost`): graph inputs read
+  once, graph outputs written once (plus the least weight bytes when weights are loaded).
+- :func:`capacity_bound`: per tensor, the fewest groups its producer and readers can be spread
+  over on this hardware. A group holding the producer and all readers holds their convex hull
+  (rule 1); if the hull cannot be part of any feasible group, the tensor is written and read
+  back at least once. "Cannot" is decided by facts that only get worse as a group grows: an
+  OPAQUE op among two or more (rule 6), line buffers and held tensors that overflow the buffer
+  (rule 7), or crossbars that overflow when a non-mergeable LINEAR op rules out a merge. Each
+  OPAQUE reader is a group of its own and reads the tensor itself. Along one longest path of
+  the graph the argument is made jointly: a convex group meets a path in a contiguous segment,
+  so the path is cut into segments whose hulls could each be in a feasible group; every cut
+  path tensor is written and read back. The cheapest such segmentation (a dynamic programme
+  over the path) bounds the path's tensors together, which is what makes the bound useful
+  when each tensor alone could stay on chip but not all of them at once.
+
+On a chip where the whole network fits, both bounds agree; on small buffers the capacity bound
+is the one that says how far a plan can still be from the best possible.
+"""
+
+from __future__ import annotations
+
+from fusiontune.ir.graph import Graph
+from fusiontune.ir.opclass import OpClass
+from fusiontune.planner._index import bits, graph_index
+from fusiontune.planner.lattice import _static
+from fusiontune.planner.plan import Mode
+from fusiontune.sim.groupmodel import GroupModel, group_model
+from fusiontune.sim.hardware import HardwareConfig
+
+
+def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
+    """Bytes no plan of ``graph`` on ``hw`` can go below (see the module docstring)."""
+    from fusiontune.sim.cost import _default_hw, _min_weight_bytes
+
+    hw = hw or _default_hw()
+    model = group_model(graph, hw)
+    st = model.st
+    ix = graph_index(graph)
+    opaque = _static(graph).opaque
+    cache: dict[int, bool] = {}
+    path = _longest_path(ix)
+    on_path = {}  # tensor -> position k of path edge path[k] -> path[k + 1]
+    for k in range(len(path) - 1):
+        t = _edge_tensor(model, path[k], path[k + 1])
+        if t is not None and t not in on_path:
+            on_path[t] = k
+    alone = [0] * len(st.numel)  # per-tensor bound, elements
+    for t, numel in enumerate(st.numel):
+        readers = st.consumers[t]
+        if not readers and not st.is_output[t]:
+            continue
+        n_opaque = (readers & opaque).bit_count()
+        rest = readers & ~opaque
+        p = st.producer[t]
+        if p < 0:  # graph input: read by every group holding a reader
+            reads = n_opaque + (1 if rest else 0)
+            if rest.bit_count() > 1 and not _possible(model, ix, rest, opaque, cache):
+                reads += 1
+            alone[t] = numel * reads
+            continue
+        reads = n_opaque
+        if rest and (opaque >> p & 1 or not _possible(model, ix, rest | 1 << p, opaque, cache)):
+            reads += 1
+        written = reads > 0 or st.is_output[t]
+        alone[t] = numel * (reads + (1 if written else 0))
+    total_elems = sum(v for t, v in enumerate(alone) if t not in on_path)
+    total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache)
+    total = total_elems * hw.act_bytes
+    if not hw.weights_resident:
+        total += _min_weight_bytes(graph, hw)
+    return total
+
+
+def _possible(
+    model: GroupModel, ix: object, members: int, opaque: int, cache: dict[int, bool]
+) -> bool:
+    """Whether some feasible group could hold every op of ``members`` (monotone test)."""
+    hit = cache.get(members)
+    if hit is not None:
+        return hit
+    gi = graph_index(model.graph)
+    desc = anc = 0
+    for i in bits(members):
+        desc |= gi.desc[i]
+        anc |= gi.anc[i]
+    hull = members | (desc & anc)
+    ok = True
+    if hull & opaque:
+        ok = False
+    else:
+        totals = model.evaluate(bits(hull), Mode.STREAM)
+        hw = model.hw
+        if (totals.line_elems + totals.held_elems) * hw.act_bytes > hw.buffer_bytes:
+            ok = False
+        elif totals.crossbars_needed > hw.n_crossbars and _no_merge(model, hull):
+            ok = hw.weights_resident is False and totals.n_matrices < 2
+    cache[members] = ok
+    return ok
+
+
+def _no_merge(model: GroupModel, hull: int) -> bool:
+    """A LINEAR member that no merge can take (its group's crossbars can only add up)."""
+    fc = _static(model.graph).fc_like
+    return any(model.st.cls[i] is OpClass.LINEAR and not fc >> i & 1 for i in bits(hull))
+
+
+def _longest_path(ix: object) -> list[int]:
+    """One longest path (most ops) of the op graph, in order."""
+    gi = ix  # GraphIndex
+    n = gi.n  # type: ignore[attr-defined]
+    length = [1] * n
+    prev = [-1] * n
+    for v in range(n):
+        for p in gi.preds[v]:  # type: ignore[attr-defined]
+            if length[p] + 1 > length[v]:
+                length[v], prev[v] = length[p] + 1, p
+    if n == 0:
+        return []
+    v = max(range(n), key=length.__getitem__)
+    out = []
+    while v >= 0:
+        out.append(v)
+        v = prev[v]
+    return out[::-1]
+
+
+def _edge_tensor(model: GroupModel, p: int, c: int) -> int | None:
+    """The activation tensor op ``p`` writes and op ``c`` reads (the first such)."""
+    st = model.st
+    for t in st.acts[c]:
+        if st.producer[t] == p:
+            return t
+    return None
+
+
+def _path_bound(
+    model: GroupModel,
+    ix: object,
+    path: list[int],
+    on_path: dict[int, int],
+    alone: list[int],
+    opaque: int,
+    cache: dict[int, bool],
+) -> int:
+    """Least cost of the path tensors over segmentations into possibly-feasible segments."""
+    st = model.st
+    n_edges = len(path) - 1
+    if n_edges <= 0:
+        return sum(alone[t] for t in on_path)
+    inside = [0] * n_edges  # cost of edge k's tensor when both ends share a group
+    cut = [0] * n_edges  # ... when the path is cut there
+    for t, k in on_path.items():
+        inside[k] = alone[t]
+        cut[k] = max(alone[t], 2 * st.numel[t])
+    prefix = [0]
+    for k in range(n_edges):
+        prefix.append(prefix[-1] + inside[k])
+    # lo[j]: the first op position i such that path[i..j] could share a feasible group
+    lo = [0] * len(path)
+    i = 0
+    for j in range(len(path)):
+        while i < j and not _segment_ok(model, ix, path, i, j, opaque, cache):
+            i += 1
+        lo[j] = i
+    inf = float("inf")
+    best = [inf] * len(path)  # best[j]: path[0..j] segmented, a segment ends at j
+    for j in range(len(path)):
+        value = inf
+        for start in range(lo[j], j + 1):
+            before = 0.0 if start == 0 else best[start - 1] + cut[start - 1]
+            value = min(value, before + prefix[j] - prefix[start])
+        best[j] = value
+    return int(best[-1])
+
+
+def _segment_ok(
+    model: GroupModel, ix: object, path: list[int], i: int, j: int, opaque: int,
+    cache: dict[int, bool],
+) -> bool:  # fmt: skip
+    members = 0
+    for v in path[i : j + 1]:
+        members |= 1 << v
+    return _possible(model, ix, members, opaque, cache)
