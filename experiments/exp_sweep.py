@@ -72,6 +72,7 @@ STEPS = (
     "cli_explain",
 )
 ERROR_CHARS = 240  # failure reasons are cut to one line of this length
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # colour codes in the dynamo exporter's messages
 
 
 def one_line(text: str) -> str:
@@ -83,6 +84,18 @@ def one_line(text: str) -> str:
 
 
 # ---- export phase -----------------------------------------------------------------------------
+def export_error(exc: BaseException) -> str:
+    """One line for a failed export: the exception, and its root cause when it has one (the
+    dynamo exporter wraps the real error in a ConversionError whose message is boilerplate)."""
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    text = f"{type(exc).__name__}: {one_line(str(exc))}"
+    if root is not exc:
+        text = f"{type(exc).__name__} caused by {type(root).__name__}: {one_line(str(root))}"
+    return ANSI_ESCAPE.sub("", text)[:ERROR_CHARS]
+
+
 def export_path(name: str, exporter: str, cache: Path) -> Path:
     return cache / f"{name}.{exporter}.onnx"
 
@@ -134,7 +147,7 @@ def export_one(name: str, exporters: Sequence[str], cache: Path) -> None:
             )
         except Exception as exc:
             out.unlink(missing_ok=True)
-            meta.update(ok=False, error=f"{type(exc).__name__}: {one_line(str(exc))}")
+            meta.update(ok=False, error=export_error(exc))
         meta["export_s"] = time.perf_counter() - start
         meta_path(name, exporter, cache).write_text(json.dumps(meta, indent=1))
 
