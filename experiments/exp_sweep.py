@@ -58,6 +58,8 @@ STEP_TIMEOUT_S = 120.0  # one analysis step (load, count, optimum, ...) in its c
 OPTIMUM_TIME_LIMIT_S = 60.0  # ft.optimal_plan stops here with its best plan and a proven gap
 EXPORT_TIMEOUT_S = 600.0  # both exports of one model
 MODELS_REPEATS = 3  # `fusiontune models` timed this many times (median reported)
+MODELS_SHOWN = 5  # model names listed per OPAQUE op type in the op-frequency table
+OPAQUE_MAC_TARGET = 0.05  # issue 13: OPAQUE ops at most 5 % of the MAC-bearing ops
 MAC_TYPES = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum"})
 """Op types that multiply-accumulate (the ops a crossbar could run)."""
 STEPS = (
@@ -524,8 +526,11 @@ def fusiontune_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def analyse_cached(path: Path, code_hash: str, step_timeout_s: float, fresh: bool) -> dict:
-    """Analysis of ``path`` from its cache file, or run now and cache it."""
+def analyse_cached(
+    path: Path, code_hash: str, step_timeout_s: float, fresh: bool, cached_only: bool = False
+) -> dict:
+    """Analysis of ``path`` from its cache file, or run now and cache it (``cached_only``: an
+    empty dict when no valid cached analysis exists)."""
     cache_file = path.with_suffix(".analysis.json")
     key = {
         "file_sha256": _sha256(path),
@@ -537,6 +542,8 @@ def analyse_cached(path: Path, code_hash: str, step_timeout_s: float, fresh: boo
         cached = json.loads(cache_file.read_text())
         if cached.get("key") == key:
             return dict(cached["steps"])
+    if cached_only:
+        return {}
     steps = analyse_file(path, step_timeout_s)
     cache_file.write_text(json.dumps({"key": key, "steps": steps}, indent=1))
     return steps
@@ -569,6 +576,8 @@ def row_of(target: Target, meta: dict[str, Any], steps: dict[str, Any]) -> dict[
     failures: list[str] = []
     if not meta.get("ok"):
         failures.append(f"export: {meta.get('error', 'not exported')}")
+    elif not steps:
+        failures.append("analysis: not run (--cached-only and no cached analysis)")
     for step in STEPS:
         res = steps.get(step)
         if res is None:
@@ -634,7 +643,9 @@ def op_frequency(steps_by_file: dict[tuple[str, str], dict[str, Any]]) -> list[d
             row["fenced_linear"] += load["fenced_linear"].get(t, 0)
     rows = []
     for row in table.values():
-        rows.append({**row, "models": len(row["models"])})
+        names = sorted(row["models"])
+        shown = ", ".join(names[:MODELS_SHOWN]) + (", …" if len(names) > MODELS_SHOWN else "")
+        rows.append({**row, "models": len(names), "e.g.": shown})
     rows.sort(key=lambda r: (-r["models"], -r["ops"], r["op_type"]))
     return rows
 
@@ -656,6 +667,9 @@ def summary_rows(rows: Sequence[dict[str, Any]], n_models: int) -> list[dict[str
                 "optimum_found": sum(1 for r in loaded if r.get("optimum_bytes") is not None),
                 "optimum_verified": sum(1 for r in loaded if r.get("verify_optimum_ok")),
                 "no_opaque_macs": sum(1 for r in loaded if r.get("opaque_mac_ops") == 0),
+                "opaque_mac_share_le_5pct": sum(
+                    1 for r in loaded if r["opaque_mac_share"] <= OPAQUE_MAC_TARGET
+                ),
                 "median_opaque_mac_share": _median([r["opaque_mac_share"] for r in loaded]),
                 "median_greedy_vs_unfused": _median([r.get("greedy_vs_unfused") for r in loaded]),
                 "median_optimum_vs_unfused": _median([r.get("optimum_vs_unfused") for r in loaded]),
@@ -791,6 +805,7 @@ def run(args: argparse.Namespace) -> list[Path]:
     else:
         print("torch not importable or --no-export: analysing the cached exports only")
     code_hash = fusiontune_hash()
+    load_start = os.getloadavg()[1]
     rows, steps_by_file, metas = [], {}, {}
     for target in targets:
         mp = meta_path(target.model, target.exporter, cache)
@@ -802,7 +817,7 @@ def run(args: argparse.Namespace) -> list[Path]:
         steps: dict[str, Any] = {}
         if meta.get("ok") and path.exists():
             start = time.perf_counter()
-            steps = analyse_cached(path, code_hash, args.step_timeout, args.fresh)
+            steps = analyse_cached(path, code_hash, args.step_timeout, args.fresh, args.cached_only)
             bad = [s for s, r in steps.items() if not r["ok"]]
             print(
                 f"  {target.model}/{target.exporter}: {len(steps)} steps, failed {bad} "
@@ -813,7 +828,14 @@ def run(args: argparse.Namespace) -> list[Path]:
         rows.append(row_of(target, meta, steps))
     models_s = None if args.skip_models_cli else time_models_cli()
     forms = forms_probe(cache)
-    return write_report(rows, steps_by_file, metas, targets, models_s, forms, Path(args.out))
+    load_line = (
+        f"Machine load (5-min average, {os.cpu_count()} cores, shared with other work): "
+        f"{load_start:.1f} when the analysis started, {os.getloadavg()[1]:.1f} at the end; "
+        "wall times are inflated accordingly and only comparable within this run."
+    )
+    return write_report(
+        rows, steps_by_file, metas, targets, models_s, forms, Path(args.out), load_line
+    )
 
 
 def write_report(
@@ -824,6 +846,7 @@ def write_report(
     models_s: float | None,
     forms: Sequence[dict[str, Any]],
     out_dir: Path,
+    load_line: str = "",
 ) -> list[Path]:
     """Write the CSV, the main markdown report and the op-frequency report."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -867,6 +890,7 @@ def write_report(
         "exporter forms in `exp_sweep_ops.md`.\n",
         "## Summary per exporter\n\n" + markdown_table(summary),
         "## Timings (baseline for the speed work)\n\n"
+        + (load_line + "\n\n" if load_line else "")
         + (
             f"`fusiontune models`: median {models_s:.2f} s over {MODELS_REPEATS} runs.\n\n"
             if models_s is not None
@@ -941,6 +965,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-export", action="store_true", help="analyse the cache only")
     parser.add_argument("--force-export", action="store_true", help="re-export cached models")
     parser.add_argument("--fresh", action="store_true", help="ignore cached analyses")
+    parser.add_argument(
+        "--cached-only", action="store_true", help="report cached analyses only, run none"
+    )
     parser.add_argument("--skip-models-cli", action="store_true")
     parser.add_argument("--export-one", help=argparse.SUPPRESS)
     parser.add_argument("--analyse-one", help=argparse.SUPPRESS)
