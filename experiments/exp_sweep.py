@@ -55,6 +55,7 @@ EXPORTERS = ("torchscript", "dynamo")
 HARDWARE = "isaac_reram"  # the default preset (DESIGN §7): weights resident
 REL_TOL = 1e-4  # reference vs onnxruntime: max|ref - ort| / max|ort|
 STEP_TIMEOUT_S = 120.0  # one analysis step (load, count, optimum, ...) in its child process
+MAX_TIMEOUTS_PER_FILE = 2  # then the file's remaining steps are skipped
 OPTIMUM_TIME_LIMIT_S = 60.0  # ft.optimal_plan stops here with its best plan and a proven gap
 EXPORT_TIMEOUT_S = 600.0  # both exports of one model
 MODELS_REPEATS = 3  # `fusiontune models` timed this many times (median reported)
@@ -458,6 +459,28 @@ def _read_line(proc: subprocess.Popen[bytes], deadline: float, buf: bytearray) -
     return line.decode()
 
 
+def _skip_after_failures(results: dict[str, Any], todo: list[str]) -> bool:
+    """Drop from ``todo`` the steps not worth running, recording why; True if any dropped.
+
+    ``verify_greedy`` needs the greedy plan (it would time out recomputing it); after
+    ``MAX_TIMEOUTS_PER_FILE`` timed-out steps the rest of the file is skipped (the planner
+    steps share their slow part: a graph that times out twice times out again).
+    """
+    timeouts = sum(1 for r in results.values() if "timed out" in r.get("error", ""))
+    skipped = []
+    for step in list(todo):
+        reason = None
+        if timeouts >= MAX_TIMEOUTS_PER_FILE:
+            reason = f"skipped: {timeouts} steps of this file timed out"
+        elif step == "verify_greedy" and not results.get("greedy", {}).get("ok", True):
+            reason = "skipped: no greedy plan"
+        if reason:
+            results[step] = {"step": step, "ok": False, "error": reason}
+            todo.remove(step)
+            skipped.append(step)
+    return bool(skipped)
+
+
 def analyse_file(path: Path, step_timeout_s: float) -> dict[str, Any]:
     """Run every step on one exported file, each under ``step_timeout_s``."""
     plan_file = path.with_suffix(".optimum.json")
@@ -493,12 +516,15 @@ def analyse_file(path: Path, step_timeout_s: float) -> dict[str, Any]:
                 todo.pop(0)
                 if step == "load":
                     todo.clear()
+                _skip_after_failures(results, todo)
                 break
             row = json.loads(line)
             results[row["step"]] = row
             todo.pop(0)
             if step == "load" and not row["ok"]:
                 todo.clear()
+            if _skip_after_failures(results, todo):
+                break
         with contextlib.suppress(Exception):
             proc.kill()
             proc.wait()
