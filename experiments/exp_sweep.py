@@ -788,13 +788,12 @@ def time_models_cli() -> float:
 
 
 # ---- exporter forms of common layers -------------------------------------------------------
-def forms_probe(cache: Path) -> list[dict[str, Any]]:
+def forms_probe(cache: Path, run_probe: bool) -> list[dict[str, Any]]:
     """Export tiny modules (training BN, GELU, LayerNorm, Softmax, attention) with each exporter
-    and list the ONNX ops each emits; cached as ``forms.json`` for runs without torch."""
+    and list the ONNX ops each emits (``run_probe``); cached as ``forms.json``, which is read
+    back when the probe does not run (no torch, or ``--no-export``)."""
     cache_file = cache / "forms.json"
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if not run_probe:
         return list(json.loads(cache_file.read_text())) if cache_file.exists() else []
     cmd = [sys.executable, str(EXPERIMENTS_DIR / "make_onnx_forms.py"), "--probe", str(cache_file)]
     subprocess.run(cmd, capture_output=True, timeout=EXPORT_TIMEOUT_S)
@@ -853,7 +852,7 @@ def run(args: argparse.Namespace) -> list[Path]:
         steps_by_file[target.model, target.exporter] = steps
         rows.append(row_of(target, meta, steps))
     models_s = None if args.skip_models_cli else time_models_cli()
-    forms = forms_probe(cache)
+    forms = forms_probe(cache, run_probe=have_torch() and not args.no_export)
     load_line = (
         f"Machine load (5-min average, {os.cpu_count()} cores, shared with other work): "
         f"{load_start:.1f} when the analysis started, {os.getloadavg()[1]:.1f} at the end; "
