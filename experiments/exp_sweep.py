@@ -747,12 +747,19 @@ def _median(values: Iterable[Any]) -> float | None:
     return float(vs[mid]) if len(vs) % 2 else (vs[mid - 1] + vs[mid]) / 2
 
 
+DERIVED_FAILURES = ("skipped:", "no optimum plan")
+"""Failure reasons that only follow from another failure of the same file (kept in the CSV)."""
+
+
 def failure_groups(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Failures grouped by stage and reason (numbers and names collapsed)."""
+    """Failures grouped by stage and reason (numbers and names collapsed), without the ones
+    that follow from another failure of the same file (:data:`DERIVED_FAILURES`)."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         for failure in filter(None, r["failures"].split(" | ")):
             stage, _, reason = failure.partition(": ")
+            if reason.startswith(DERIVED_FAILURES):
+                continue  # follows from a failure listed for the same file
             key = (stage, _reason_key(reason))
             groups.setdefault(key, []).append(f"{r['model']}/{r['exporter']}")
     out = [
@@ -922,7 +929,10 @@ def write_report(
             else ""
         )
         + markdown_table(timings),
-        "## Failures grouped by reason\n\n" + markdown_table(failures),
+        "## Failures grouped by reason\n\n"
+        "Steps skipped because of an earlier failure of the same file (after two timeouts, or "
+        "no plan to verify) are left out here; the CSV's `failures` column lists every one.\n\n"
+        + markdown_table(failures),
         "## Per file\n\n" + markdown_table(rows, table_cols),
         "## Models\n\n"
         + markdown_table(
