@@ -1,6 +1,6 @@
 """Fused kernels: speed of one conv+BN+ReLU+maxpool group and of a whole resnet18.
 
-1. The layer of issue 4: input 1x64x56x56, Conv 3x3 64->64 (pad 1) + BN + ReLU + MaxPool 2x2.
+1. The benchmark layer: input 1x64x56x56, Conv 3x3 64->64 (pad 1) + BN + ReLU + MaxPool 2x2.
    - ``fused``: ``execute`` of the one-group plan (BN folded, bands of rows, conv output never
      whole), store and byte counting included;
    - ``unfused reference``: ``reference_run`` of the same graph, op by op in numpy;
@@ -41,10 +41,10 @@ from fusiontune.reference import random_inputs, reference_run  # noqa: E402
 from fusiontune.sim.execute import execute  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "bench_kernels.json"
-TARGET_FUSED_OVER_UNFUSED = 1.0  # issue 4: fused no slower than the unfused numpy chain
-TARGET_LOOP_OVER_FUSED = 50.0  # issue 4: >= 50x faster than a Python loop
+TARGET_FUSED_OVER_UNFUSED = 1.0  # project target: fused no slower than the unfused numpy chain
+TARGET_LOOP_OVER_FUSED = 50.0  # project target: >= 50x faster than a Python loop
 LOOP_ROWS_TIMED = 4  # output rows the Python loop computes (then scaled to the layer)
-SIDE, CHANNELS, KERNEL, POOL = 56, 64, 3, 2  # issue 4's layer
+SIDE, CHANNELS, KERNEL, POOL = 56, 64, 3, 2  # the benchmark layer
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

@@ -29,7 +29,7 @@ from fusiontune.sim.cost import clear_cache, simulate
 from fusiontune.sim.hardware import HardwareConfig
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "bench_simulate.json"
-TARGET_WARM_PLANS_PER_S = 5_000  # issue 4: "aim >= 5,000/s on one core"
+TARGET_WARM_PLANS_PER_S = 5_000  # project target: >= 5,000 warm plans/s on one core
 
 
 def _rate(

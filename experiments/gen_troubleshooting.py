@@ -40,6 +40,13 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _quote(arg: str) -> str:
+    """An argument as a shell would need it; a newline shown as bash's ``$'a\\nb'``."""
+    if "\n" in arg:
+        return "$'" + arg.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    return shlex.quote(arg)
+
+
 def run_case(module: ModuleType, case: object) -> tuple[str, str]:
     """(command as a user would type it, the message fusiontune printed)."""
     from fusiontune.cli.main import main
@@ -51,7 +58,7 @@ def run_case(module: ModuleType, case: object) -> tuple[str, str]:
             code = main(argv)
         prefix = f"{tmp}/"
         message = err.getvalue().strip().replace(prefix, "").removeprefix(ERROR_PREFIX)
-        command = shlex.join(["fusiontune", *(a.replace(prefix, "") for a in argv)])
+        command = " ".join(_quote(a.replace(prefix, "")) for a in ["fusiontune", *argv])
     if code != case.code:  # type: ignore[attr-defined]
         raise SystemExit(f"case {case.id}: exit {code}, expected {case.code}: {message}")  # type: ignore[attr-defined]
     return command, message
@@ -72,16 +79,26 @@ def table(module: ModuleType) -> str:
 
 
 FAULT_NOTES = """\
-Long searches and faults (tested in `tests/test_faults.py`):
+Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py`,
+`tests/test_postgres.py`):
 
 - **Ctrl-C** stops cleanly (exit 130): the finished trials are stored and `trials.parquet`
   rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
+  A second Ctrl-C during that save is held until it is done: no trial is stored twice.
 - **A killed driver** (SIGKILL, power loss) loses at most `--checkpoint-every` seconds of work
   (default 5): finished trials go to the study storage and `trials.parquet` periodically, each
-  file replaced atomically, so it is readable at every moment. Rerun with `--resume`.
+  file replaced atomically. Rerun with `--resume`. The local Ray it started (workers, raylet,
+  agents) is stopped within seconds by a small reaper process.
+- **Reading `trials.parquet` during a search**: read it through one open file
+  (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
+  `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.
+- **A study knows what it is**: `--resume` (or a second driver) with another model, input
+  shape, hardware, knobs, objective or planner configuration is refused, naming both.
 - **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray
   worker that dies is retried once plan by plan; a plan slower than `--eval-timeout` seconds
-  (default 600) fails as timed out. The search goes on.
+  (default 600) fails as timed out; a failing baseline is a failed row. The search goes on.
+- **A full disk** stops the search with one line naming the file; the trials stored so far are
+  safe: free space and rerun with `--resume`.
 - **`fusiontune: internal error: ...`** is a bug, not a bad input: rerun with
   `FUSIONTUNE_DEBUG=1` to see the traceback and report it."""
 

@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "IllegalPlanError": "fusiontune.errors",
     "ConfigError": "fusiontune.errors",
     "StorageError": "fusiontune.errors",
+    "ResourceLimitError": "fusiontune.errors",
+    "memory_limit": "fusiontune.limits",
+    "set_memory_limit": "fusiontune.limits",
     # IR
     "Tensor": "fusiontune.ir.graph",
     "Op": "fusiontune.ir.graph",
@@ -31,6 +34,11 @@ _EXPORTS: dict[str, str] = {
     "load_model": "fusiontune.frontend.loader",
     "load_onnx": "fusiontune.frontend.onnx_import",
     "to_onnx": "fusiontune.frontend.onnx_export",
+    "load_onnx_with_plan": "fusiontune.frontend.onnx_import",
+    "export_plan": "fusiontune.frontend.plan_export",
+    "plan_to_onnx": "fusiontune.frontend.plan_export",
+    "ExportSummary": "fusiontune.frontend.plan_export",
+    "plan_schedule": "fusiontune.frontend.schedule",
     "zoo_models": "fusiontune.frontend.zoo",
     "reference_run": "fusiontune.reference",
     # planner
@@ -62,8 +70,9 @@ _EXPORTS: dict[str, str] = {
     "optimal_plan": "fusiontune.search.optimize",
     "OptimalPlan": "fusiontune.search.optimize",
     "search": "fusiontune.search.api",
-    "SearchResult": "fusiontune.search.api",
+    "SearchResult": "fusiontune.search.results",
     "load_results": "fusiontune.search.results",
+    "read_parquet": "fusiontune.search.results",
 }
 
 __all__ = ["__version__", *_EXPORTS]

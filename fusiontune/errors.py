@@ -39,6 +39,10 @@ class StorageError(FusiontuneError):
     """A results folder or study storage cannot be used."""
 
 
+class ResourceLimitError(FusiontuneError):
+    """A tensor (or all tensors at once) would need more memory than the limit allows."""
+
+
 def check_keys(
     data: Iterable[object], allowed: Sequence[str], where: str, label: str = "allowed"
 ) -> None:

@@ -31,6 +31,7 @@ def _onnx_bytes(kind: str) -> bytes:
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    inits: list[TensorProto] = []
     if kind == "valid":
         nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
     elif kind == "cycle":  # a -> b -> a
@@ -49,11 +50,37 @@ def _onnx_bytes(kind: str) -> bytes:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
         y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
         nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    elif kind == "huge-weight":  # a weight declared with 10^9 output channels (no data)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[10**9, 4, 1, 1])
+        inits.append(weight)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")]
+    elif kind == "wide-input":  # 10^9 floats per input: fine to analyse, not to execute
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10**9])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10**9])
+        nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    elif kind == "string-input":
+        x = helper.make_tensor_value_info("x", TensorProto.STRING, [1, 4])
+        nodes = [helper.make_node("Identity", ["x"], ["y"], name="id")]
+    elif kind == "negative-dim":
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, -3])
+        nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
     else:
         raise ValueError(kind)
-    graph = helper.make_graph(nodes, "g", [x], [y])
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return model.SerializeToString()
+
+
+ALIAS_BOMB = "".join(
+    [
+        "a: &a [x, x, x, x, x, x, x, x, x, x]\n",
+        *(f"{b}: &{b} [{', '.join([f'*{a}'] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi")),
+        "trials: *i\n",
+    ]
+)
+"""Nine levels of ten aliases: 10^10 nodes once expanded, in about 350 bytes."""
 
 
 def _plan(groups: list[tuple[list[str], str]]) -> str:
@@ -267,6 +294,237 @@ def _cases() -> list[Case]:
             "cannot write results",
             "choose a writable folder with --out",
             {"file.txt": "a file where a folder should be\n"},
+        ),
+        Case(
+            "export-plan-missing",
+            "`export --plan` names a file that does not exist",
+            ("export", "mlp_relu", "--plan", f"{TMP}/best_plan.json", "-o", f"{TMP}/m.onnx"),
+            "best_plan.json': not a file",
+            "pass the plan JSON a search wrote (`<out>/<study>/best_plan.json`), greedy or optimal",
+        ),
+        Case(
+            "export-plan-other-model",
+            "`export --plan` with a plan of another model",
+            ("export", "mlp_wide", "--plan", f"{TMP}/plan.json", "-o", f"{TMP}/m.onnx"),
+            "names op 'fc1.relu', which is not in graph 'mlp_wide'",
+            "export the model the plan was searched for (same model, input size and batch)",
+            {"plan.json": _plan([(["fc1"], "single"), (["fc1.relu"], "single"), *REST])},
+        ),
+        Case(
+            "export-schedule-as-plan",
+            "`export --plan` given a schedule instead of a plan",
+            ("export", "mlp_relu", "--plan", f"{TMP}/s.json", "-o", f"{TMP}/m.onnx"),
+            "is a schedule written by `fusiontune export --format schedule`",
+            "pass a plan JSON such as best_plan.json",
+            {"s.json": json.dumps({"format": "fusiontune-schedule", "groups": []})},
+        ),
+        Case(
+            "export-unwritable",
+            "`export -o` into a folder that does not exist",
+            ("export", "mlp_relu", "-o", f"{TMP}/no/such/dir/m.onnx"),
+            "cannot write",
+            "create the folder first or choose a writable path",
+        ),
+        # ---- values on the command line
+        Case(
+            "workers-too-many",
+            "more workers than the machine can use",
+            (search[0], "--workers", "1000", *search[3:], "mlp_relu"),
+            "argument --workers: 1000 is out of range; allowed 1 ..",
+            "use at most 4 workers per CPU core (`nproc`), or --address for a cluster",
+        ),
+        Case(
+            "workers-zero",
+            "zero workers",
+            (search[0], "--workers", "0", *search[3:], "mlp_relu"),
+            "argument --workers: 0 is out of range",
+            "give at least 1 worker (1 = serial, in-process)",
+        ),
+        Case(
+            "seed-negative",
+            "a negative seed",
+            (*search, "--seed", "-1", "mlp_relu"),
+            "argument --seed: -1 is out of range; allowed 0 .. 4294967295",
+            "use a seed between 0 and 2^32 - 1",
+        ),
+        Case(
+            "seed-huge",
+            "a seed beyond 32 bits",
+            (*search, "--seed", str(2**70), "mlp_relu"),
+            f"argument --seed: {2**70} is out of range",
+            "use a seed between 0 and 2^32 - 1",
+        ),
+        Case(
+            "trials-zero",
+            "a budget of zero trials",
+            (*search[:3], *search[5:], "--trials", "0", "mlp_relu"),
+            "argument --trials: 0 is out of range; allowed >= 1",
+            "give at least one trial",
+        ),
+        Case(
+            "study-parent-path",
+            "study name that climbs out of --out",
+            (*search, "--study", "../../x", "mlp_relu"),
+            "study name '../../x' is not allowed",
+            "name the study with letters, digits and _ . + -; choose the folder with --out",
+        ),
+        Case(
+            "study-absolute",
+            "absolute path as a study name",
+            (*search, "--study", "/tmp/x", "mlp_relu"),
+            "study name '/tmp/x' is not allowed",
+            "name the study with letters, digits and _ . + -; choose the folder with --out",
+        ),
+        Case(
+            "study-newline",
+            "study name with a newline",
+            (*search, "--study", "a\nb", "mlp_relu"),
+            "study name 'a\\nb' is not allowed",
+            "name the study with letters, digits and _ . + -",
+        ),
+        Case(
+            "resume-missing",
+            "--resume of a study that does not exist",
+            (*search, "--resume", "--study", "nothere", "mlp_relu"),
+            "study 'nothere' does not exist in",
+            "leave out --resume to start the study, or check --study, --out and --storage",
+        ),
+        Case(
+            "input-shape-overflow",
+            "--input-shape whose size overflows int64",
+            ("show", f"{TMP}/dyn.onnx", "--input-shape", "x=99999999999,99999999999"),
+            "elements overflow int64",
+            "give the input shape the model was exported for",
+            {"dyn.onnx": _onnx_bytes("dynamic")},
+        ),
+        Case(
+            "memory-limit-bad",
+            "memory limit that is not a size",
+            ("show", "mlp_relu", "--memory-limit", "lots"),
+            "argument --memory-limit: 'lots' is not a size",
+            "give bytes, e.g. 4294967296, 4GiB or 500MB",
+        ),
+        # ---- inputs that would exhaust the machine
+        Case(
+            "input-size-verify",
+            "input size whose execution needs terabytes",
+            ("simulate", "resnet18", "--input-size", "100000", "--verify"),
+            "verifying it (the reference run and the execution) needs 6.08 TiB of tensors, more "
+            "than the memory limit of 4 GiB (largest: 'stem.relu', 1x64x50000x50000",
+            "simulate without --verify (analytic, no tensors), or a smaller --input-size",
+        ),
+        Case(
+            "onnx-huge-weight",
+            "ONNX weight declared with 10^9 channels",
+            ("show", f"{TMP}/wide.onnx"),
+            "tensor 'w' (1000000000x4x1x1, 4 B per element) needs 14.9 GiB, more than the "
+            "memory limit",
+            "check the export; raise --memory-limit only if the machine has the memory",
+            {"wide.onnx": _onnx_bytes("huge-weight")},
+        ),
+        Case(
+            "onnx-wide-input-verify",
+            "ONNX input of 10^9 floats under --verify",
+            ("simulate", f"{TMP}/wide.onnx", "--verify"),
+            "needs 7.45 GiB of tensors, more than the memory limit",
+            "simulate without --verify, or raise --memory-limit if the machine has the memory",
+            {"wide.onnx": _onnx_bytes("wide-input")},
+        ),
+        Case(
+            "onnx-string-input",
+            "ONNX input of strings",
+            ("show", f"{TMP}/text.onnx"),
+            "input 'x' has dtype string; fusiontune models numeric inputs",
+            "export the model from its numeric input (token ids, not text)",
+            {"text.onnx": _onnx_bytes("string-input")},
+        ),
+        Case(
+            "onnx-negative-dim",
+            "ONNX input with a negative dimension",
+            ("show", f"{TMP}/neg.onnx"),
+            "input 'x' dimension 1 is -3; dimensions must be >= 1",
+            "fix the export, or give the shape with --input-shape",
+            {"neg.onnx": _onnx_bytes("negative-dim")},
+        ),
+        Case(
+            "yaml-alias-bomb",
+            "search space YAML whose aliases expand to billions of nodes",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "expands to more than 100,000 nodes",
+            "write the values out; a search space needs no aliases",
+            {"space.yaml": ALIAS_BOMB},
+        ),
+        Case(
+            "hw-yaml-alias-bomb",
+            "hardware YAML whose aliases expand to billions of nodes",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "hw.yaml: expands to more than 100,000 nodes",
+            "write the values out; a hardware file needs no aliases",
+            {"hw.yaml": ALIAS_BOMB},
+        ),
+        Case(
+            "yaml-too-deep",
+            "search space YAML nested thousands of levels deep",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "space.yaml: nested deeper than 64 levels",
+            "a search space has three levels: keys, knobs, their settings",
+            {"space.yaml": "knobs: " + "[" * 5000 + "]" * 5000 + "\n"},
+        ),
+        Case(
+            "yaml-not-utf8",
+            "search space saved in Latin-1",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "space.yaml: not UTF-8 text (byte 0xe9 at offset 16)",
+            "save the file as UTF-8",
+            {"space.yaml": "trials: 10 # caf\xe9\n".encode("latin-1")},
+        ),
+        Case(
+            "hw-adc-nan",
+            "hardware ADC energy of NaN",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "adc_pj_by_bits' entry 8: nan is out of range",
+            "give every ADC resolution a finite energy in pJ",
+            {"hw.yaml": "adc_pj_by_bits: {8: .nan}\n"},
+        ),
+        Case(
+            "plan-json-too-deep",
+            "plan JSON nested thousands of levels deep",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "plan.json: nested deeper than 64 levels",
+            "write the plan as `fusiontune plans MODEL --out` does",
+            {"plan.json": "[" * 100000 + "]" * 100000},
+        ),
+        Case(
+            "plan-json-not-utf8",
+            "plan JSON that is not UTF-8",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "plan.json: not UTF-8 text (byte 0xff at offset 0)",
+            "save the plan as UTF-8 JSON",
+            {"plan.json": b"\xff\xfe{}"},
+        ),
+        Case(
+            "plan-op-list",
+            "plan JSON with a list where an op name belongs",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "groups[0].ops[0] must be an op name (a string), got ['fc1']",
+            "list op names as strings",
+            {"plan.json": json.dumps({"groups": [{"ops": [["fc1"]], "mode": "single"}]})},
+        ),
+        Case(
+            "plan-mode-list",
+            "plan JSON with a list where a mode belongs",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "groups[0].mode must be one of single, fused, merge, stream, got ['single']",
+            "give each group one mode",
+            {"plan.json": json.dumps({"groups": [{"ops": ["fc1"], "mode": ["single"]}]})},
+        ),
+        Case(
+            "plan-key-typo",
+            "plan JSON with a misspelt key",
+            ("simulate", "mlp_relu", "--plan", f"{TMP}/plan.json"),
+            "groups[0]: unknown key 'mdoe' (did you mean 'mode'?)",
+            "spell the key as listed in the message",
+            {"plan.json": json.dumps({"groups": [{"ops": ["fc1"], "mdoe": "single"}]})},
         ),
     ]
 

@@ -93,17 +93,38 @@ def test_zoo_plan_rows_are_ordered_by_quality(zoo_tables: tuple[list[dict], list
     for model, _size in ZOO_MODELS:
         for preset in ("isaac_reram", "sram_edge"):
             rows = {r["plan"]: r for r in plans if r["model"] == model and r["preset"] == preset}
-            assert {"unfused", "greedy", "oracle", "lower_bound"} <= set(rows)
-            unfused, oracle, bound = rows["unfused"], rows["oracle"], rows["lower_bound"]
-            assert oracle["feasible"]
-            assert bound["traffic_bytes"] <= oracle["traffic_bytes"] <= unfused["traffic_bytes"]
+            sources = {"unfused", "greedy", "oracle", "oracle_capped12"}
+            assert sources | {"lower_bound", "capacity_bound"} <= set(rows)
+            traffic = {k: r["traffic_bytes"] for k, r in rows.items()}
+            oracle = rows["oracle"]
+            assert oracle["feasible"] and oracle["proven"] and oracle["gap"] == 0.0
+            assert rows["oracle_capped12"]["feasible"] and rows["greedy"]["feasible"]
+            # compulsory <= capacity-aware bound <= uncapped optimum <= capped optimum, greedy
+            assert traffic["lower_bound"] <= traffic["capacity_bound"] <= traffic["oracle"]
+            assert traffic["oracle"] <= traffic["oracle_capped12"] <= traffic["unfused"]
+            assert traffic["oracle"] <= traffic["greedy"]
             if "best_found" in rows:  # a search never beats the proven optimum
                 assert rows["best_found"]["feasible"]
                 assert rows["best_found"]["traffic_bytes"] >= oracle["traffic_bytes"]
-            assert unfused["traffic_vs_unfused"] == 1.0
+            assert rows["unfused"]["traffic_vs_unfused"] == 1.0
     # lenet5 on ISAAC: everything fuses down to the compulsory traffic (image in, logits out)
     lenet = {r["plan"]: r for r in plans if r["model"] == "lenet5" and r["preset"] == "isaac_reram"}
     assert lenet["oracle"]["traffic_bytes"] == lenet["lower_bound"]["traffic_bytes"] == 32 * 32 + 10
+    assert lenet["capacity_bound"]["traffic_bytes"] == 32 * 32 + 10
+
+
+def test_zoo_optimum_table_relates_optimum_and_bounds(
+    zoo_tables: tuple[list[dict], list[dict]],
+) -> None:
+    exp = _load("exp_zoo")
+    plans, _ = zoo_tables
+    rows = exp.optimum_rows(plans)
+    assert len(rows) == len(ZOO_MODELS) * 2
+    for row in rows:
+        assert row["proven"] and row["optimum_over_capacity"] >= 1.0
+        assert row["capped12_over_optimum"] >= 1.0 and row["greedy_over_optimum"] >= 1.0
+        assert row["optimum_over_compulsory"] >= row["optimum_over_capacity"]
+        assert row["compulsory_bytes"] <= row["capacity_bytes"] <= row["optimum_bytes"]
 
 
 def test_zoo_ablation_never_gets_worse_with_more_patterns(
@@ -127,7 +148,8 @@ def test_zoo_summary_geomeans(zoo_tables: tuple[list[dict], list[dict]]) -> None
     exp = _load("exp_zoo")
     plans, _ = zoo_tables
     summary = exp.summary_rows(plans)
-    assert len(summary) == 2 * 6  # unfused, tvm_like, greedy, best_found, oracle, lower bound
+    # unfused, tvm_like, greedy, best_found, oracle, oracle_capped12, two bounds
+    assert len(summary) == 2 * 8
     unfused = [r for r in summary if r["plan"] == "unfused"]
     assert all(r["geomean_traffic_vs_unfused"] == pytest.approx(1.0) for r in unfused)
     oracle = [r for r in summary if r["plan"] == "oracle"]
@@ -155,31 +177,73 @@ def test_codesign_more_buffer_never_costs_more_traffic() -> None:
     assert optima[-1] == rows[-1]["lower_bound_bytes"]  # lenet5 fuses completely
     for r in rows:
         assert r["plan_buffer_bytes"] <= r["buffer_bytes"]
+        assert r["proven"]
+        assert r["lower_bound_bytes"] <= r["capacity_bound_bytes"] <= r["optimum_bytes"]
+        assert r["optimum_bytes"] <= r["capped12_bytes"]
+        assert r["optimum_over_capacity"] >= 1.0
     assert rows[0]["pareto"] and rows[-1]["benefit_share"] == 1.0
     assert optima[0] > optima[-1]  # a 64 B buffer forbids the stream groups
+
+
+# ---- bench_optimizer ----------------------------------------------------------------------
+def test_bench_optimizer_rows_relate_optimum_capped_and_bounds() -> None:
+    bench = _load("bench_optimizer")
+    rows = bench.zoo_rows(["lenet5", "mlp_bottleneck"], ["isaac_reram", "sram_edge"])
+    assert len(rows) == 4
+    for r in rows:
+        assert r["status"] == "optimal" and r["proven"] and r["gap"] == 0.0
+        assert r["compulsory_bytes"] <= r["capacity_bytes"] <= r["optimum_bytes"]
+        assert r["optimum_bytes"] <= r["capped12_bytes"]
+        assert r["ideals"] >= 1 and r["groups_evaluated"] >= r["groups"] >= 1
+    sweep = bench.buffer_rows("lenet5", [64, 1 << 20])
+    assert [r["buffer_bytes"] for r in sweep] == [64, 1 << 20]
+    assert sweep[0]["optimum_bytes"] > sweep[1]["optimum_bytes"] == sweep[1]["compulsory_bytes"]
+    assert sweep[0]["optimum_over_capacity"] >= 1.0
+    counts = bench.count_rows(["lenet5", "mlp_relu"])
+    assert [int(r["plans"]) >= int(r["capped12_plans"]) for r in counts] == [True, True]
+    assert counts[1]["plans"] == "16"  # 5-op chain FC-ReLU-FC-ReLU-FC: 2^4 partitions
+    goals = bench.targets({"zoo": rows, "buffer": sweep})
+    assert [g["met"] for g in goals] == [True, True]
+
+
+def test_bench_optimizer_large_rows_on_a_small_encoder() -> None:
+    bench = _load("bench_optimizer")
+    from fusiontune.frontend.zoo import deep_encoder
+
+    graphs = [("enc2", lambda: deep_encoder(2, seq=8, hidden=32, heads=2))]
+    rows = bench.large_rows(graphs, ["sram_edge"], time_limit_s=60.0)
+    assert len(rows) == 1 and rows[0]["ops"] == 2 * 29
+    assert rows[0]["proven"] and rows[0]["capacity_bytes"] <= rows[0]["optimum_bytes"]
+    assert "capped12_bytes" not in rows[0]
 
 
 # ---- exp_search_quality -------------------------------------------------------------------
 def test_search_quality_curves_and_tables() -> None:
     exp = _load("exp_search_quality")
-    curves, optimum = exp.run([("lenet5", None)], ["random"], [0, 1], trials=6)
-    assert [c.seed for c in curves] == [0, 1]
+    curves, refs = exp.run([("lenet5", None)], ["random"], [0, 1], trials=6, presets=["sram_edge"])
+    assert [(c.seed, c.preset) for c in curves] == [(0, "sram_edge"), (1, "sram_edge")]
+    ref = refs["lenet5", "sram_edge"]
+    assert ref.compulsory_bound <= ref.capacity_bound <= ref.optimum <= ref.capped12
     for c in curves:
         assert len(c.best_bytes) == 6
         values = [v for v in c.best_bytes if v is not None]
         assert values == sorted(values, reverse=True)  # best-so-far never rises
-        assert min(values) >= optimum["lenet5"]
-    rows = exp.run_rows(curves, optimum)
-    assert {"trials_to_1pct", "best_over_optimum"} <= set(rows[0])
-    # lenet5: greedy (trial 1) is already optimal on ISAAC
+        assert min(values) >= ref.optimum
+    rows = exp.run_rows(curves, refs)
+    assert {"trials_to_1pct", "best_over_optimum", "best_over_capped12"} <= set(rows[0])
+    # lenet5: greedy (trial 1) is one group, already optimal on sram_edge
     assert all(r["trials_to_1pct"] == 1 and r["best_over_optimum"] == 1.0 for r in rows)
+    assert all(r["best_over_capacity_bound"] >= 1.0 for r in rows)
     medians = exp.median_rows(rows)
     assert len(medians) == 1 and medians[0]["runs_within_1pct"] == 2
+    assert medians[0]["preset"] == "sram_edge"
+    assert len(exp.start_notes(curves, refs)) == 1
+    assert "does not separate the samplers" in exp.reading(medians)[0]
 
 
 def test_trials_to_within_counts_from_one() -> None:
     exp = _load("exp_search_quality")
-    curve = exp.Curve("m", "random", 0, (None, 120, 101, 100), 0.0)
+    curve = exp.Curve("m", "isaac_reram", "random", 0, (None, 120, 101, 100), 0.0)
     assert exp.trials_to_within(curve, 100.0) == 3
     assert exp.trials_to_within(curve, 100.0, within=0.0) == 4
     assert exp.trials_to_within(curve, 50.0) is None
@@ -252,3 +316,22 @@ def test_sweep_failure_reasons_group_across_models() -> None:
     assert groups[0]["files"] == 2 and "'IsNaN'" in groups[0]["reason"]
     assert groups[1] == {"stage": "count", "reason": "timed out after N s", "files": 1,
                          "which": "b/dynamo"}  # fmt: skip
+
+
+# ---- exp_export ---------------------------------------------------------------------------
+def test_export_rows_on_a_merged_mlp(tmp_path: Path) -> None:
+    """mlp_wide (256 -> 4096 -> 16): every plan merges it into one 256 x 16 Gemm."""
+    exp = _load("exp_export")
+    from fusiontune.sim.hardware import load_hardware
+
+    hws = [load_hardware("isaac_ddr")]
+    result = exp.run_model("mlp_wide", 256, hws, tmp_path, kinds=("greedy", "merge"))
+    assert [r["plan"] for r in result.rows] == ["greedy", "merge"]
+    for row in result.rows:
+        assert row["ops"] == 2 and row["groups"] == row["exported_nodes"] == 1
+        assert row["params_after"] == 256 * 16 + 16 < row["params_before"]
+        assert row["max_rel_err"] <= exp.TOLERANCE and row["within_1e-5"]
+        assert row["roundtrip_traffic_equal"]
+        assert 1 <= row["ort_nodes"] <= 2 and row["ort_nodes_of_export"] == 1
+        assert row["tvm_like_groups"] == 2  # FuseOps never joins two matmuls
+    assert exp.tvm_counts(None, [result.onnx_path]) == ({}, "")

@@ -210,6 +210,31 @@ def test_real_inception_v1_loads_with_unknown_ops_opaque() -> None:
     graph.lint()
 
 
+def test_opset11_training_batchnorm_loads_as_stats(tmp_path: Path) -> None:
+    """BatchNormalization-9 marks training by its five outputs (no attribute): it must load
+    as STATS and run on batch statistics. Oracle: onnxruntime on the same file."""
+    import onnxruntime as ort
+
+    from fusiontune.reference import reference_run
+
+    rng = np.random.default_rng(4)
+    c = 3
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                            ["y", "rm", "rv", "sm", "sv"], name="bn", momentum=0.8)  # fmt: skip
+    stats = [(1 + 0.1 * rng.standard_normal(c)), 0.1 * rng.standard_normal(c),
+             0.1 * rng.standard_normal(c), 0.5 + rng.random(c)]  # fmt: skip
+    inits = [init(n, v.astype(np.float32)) for n, v in zip("sbmv", stats)]
+    outs = [vi("y", (4, c, 5)), *(vi(n, (c,)) for n in ("rm", "rv", "sm", "sv"))]
+    path = save(tmp_path, [node], [vi("x", (4, c, 5))], outs, inits, opset=11)
+    graph = load_onnx(path)
+    assert classes(graph) == {"bn": OpClass.STATS}
+    x = (3 * rng.standard_normal((4, c, 5)) + 1).astype(np.float32)
+    ours = reference_run(graph, {"x": x})
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for name, want in zip(["y", "rm", "rv", "sm", "sv"], sess.run(None, {"x": x})):
+        np.testing.assert_allclose(ours[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_real_resnet50_sum_becomes_binary_add() -> None:
     graph = load_onnx(LIGHT / "light_resnet50.onnx")
     counts = Counter((op.op_type, op.op_class) for op in graph.ops)
@@ -285,7 +310,8 @@ def test_dynamic_dimension_needs_input_shapes(tmp_path: Path) -> None:
         load_onnx(path)
     assert str(info.value) == (
         f"{path}: input 'x' dimension 0 ('batch') is dynamic; give static shapes: "
-        "input_shapes={'x': (1, 3, 8, 8)} in Python or --input-shape x=1,3,8,8 on the CLI"
+        "input_shapes={'x': (1, 3, 8, 8)} in Python or --input-shape x=1,3,8,8 on the CLI "
+        "(checked: the model loads with these)"
     )
     graph = load_onnx(path, input_shapes={"x": (2, 3, 8, 8)})
     assert graph.tensors["y"].shape == (2, 3, 8, 8)

@@ -21,7 +21,7 @@ from optuna.testing.pytest_samplers import (
 
 from fusiontune.errors import ConfigError
 from fusiontune.search.api import search
-from fusiontune.search.driver import make_sampler
+from fusiontune.search.sampler_factory import make_sampler
 from fusiontune.search.samplers import LocalSearchSampler
 from fusiontune.search.space import SAMPLERS, load_space, parse_space
 

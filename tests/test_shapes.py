@@ -1,4 +1,4 @@
-"""Shape inference (fusiontune.ir.shapes) against onnx.shape_inference, op by op.
+"""Shape inference (the op registry, fusiontune.ops) against onnx.shape_inference, op by op.
 
 Each case is a one-node ONNX model built with onnx.helper. For every case we check
 (a) ``infer_op_shapes`` gives exactly the shapes ONNX infers (strict mode), and the
@@ -20,7 +20,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fusiontune.errors import ShapeError
 from fusiontune.ir.graph import Op, Tensor
-from fusiontune.ir.shapes import SHAPE_OP_TYPES, infer_op_shapes, reshape_target, window_geometry
+from fusiontune.ops import KNOWN_OP_TYPES, infer_op_shapes
+from fusiontune.ops.layout import reshape_target
+from fusiontune.ops.window import window_geometry
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -307,7 +309,7 @@ def test_every_design_op_is_covered() -> None:
         "Concat", "Resize", "Slice", "Gather", "Split", "Pad", "Expand", "Dropout",
     }  # fmt: skip
     assert design_ops <= {c.op_type for c in CASES}
-    assert design_ops <= SHAPE_OP_TYPES
+    assert design_ops <= KNOWN_OP_TYPES
 
 
 def test_shape_op_start_end() -> None:

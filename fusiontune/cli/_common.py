@@ -1,45 +1,105 @@
-"""Arguments and helpers shared by the subcommands that load a model."""
+"""Arguments and helpers shared by the subcommands: value types that validate on the command
+line (one clear line naming the option and what is allowed), the model options, the memory
+limit."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
 
+BYTE_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+}  # fmt: skip
+"""Suffixes a byte size on the command line may carry (decimal and binary)."""
+
+MAX_INPUT_SIZE = 1 << 20
+"""Largest --input-size taken (a 2^20-pixel side is far beyond any model; the memory limit
+refuses what would not fit long before)."""
+
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    return int_in_range(1, None)(text)
+
+
+def int_in_range(low: int, high: int | None, why: str = "") -> type[int]:
+    """argparse type: an integer in ``low .. high`` (``None``: no upper bound)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+        if value < low or (high is not None and value > high):
+            allowed = f"{low} .. {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range; allowed {allowed}{why}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse  # type: ignore[return-value]
+
+
+def byte_size(text: str) -> int:
+    """argparse type: a number of bytes, e.g. ``4294967296``, ``4GiB``, ``500MB``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in BYTE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not a size; give bytes, e.g. 4294967296, 4GiB or 500MB"
+        )
+    value = int(float(match.group(1)) * BYTE_UNITS[unit])
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"'{text}' must be at least 1 byte")
     return value
+
+
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--memory-limit``: bytes of tensors fusiontune may allocate (see fusiontune.limits)."""
+    from fusiontune.limits import DEFAULT_MEMORY_LIMIT_BYTES, format_bytes
+
+    parser.add_argument(
+        "--memory-limit", type=byte_size, default=None, metavar="BYTES",
+        help="refuse models whose tensors need more memory than this, before allocating "
+        f"(default {format_bytes(DEFAULT_MEMORY_LIMIT_BYTES)}; e.g. 16GiB)",
+    )  # fmt: skip
+
+
+def apply_memory_limit(args: argparse.Namespace) -> None:
+    """Set the process's memory limit from ``--memory-limit`` when given."""
+    limit = getattr(args, "memory_limit", None)
+    if limit is not None:
+        from fusiontune.limits import set_memory_limit
+
+        set_memory_limit(limit)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> None:
     """``MODEL`` plus the options that size a zoo model or fix an ONNX model's shapes."""
     parser.add_argument("model", help="zoo model name (see `fusiontune models`) or ONNX file")
     parser.add_argument(
-        "--input-size", type=positive_int, default=None,
+        "--input-size", type=int_in_range(1, MAX_INPUT_SIZE), default=None,
         help="zoo models: spatial side, MLP width or BERT sequence length",
     )  # fmt: skip
     if batch:
-        parser.add_argument("--batch", type=positive_int, default=None,
+        parser.add_argument("--batch", type=int_in_range(1, MAX_INPUT_SIZE), default=None,
                             help="zoo models: batch size")  # fmt: skip
     parser.add_argument(
         "--input-shape", action="append", default=None, metavar="NAME=D,D,...",
         help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
     )  # fmt: skip
+    add_memory_limit_argument(parser)
 
 
 def load_graph(args: argparse.Namespace) -> Graph:
     """Load the model named by :func:`add_model_arguments`' options."""
     from fusiontune.frontend.loader import load_model, parse_input_shapes
 
+    apply_memory_limit(args)
     zoo_kwargs = {
         key: value
         for key, value in (("input_size", args.input_size), ("batch", getattr(args, "batch", None)))

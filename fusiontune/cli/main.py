@@ -15,11 +15,12 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from fusiontune.errors import FusiontuneError
 
 # subcommand modules, in the order `fusiontune --help` lists them
-COMMANDS = ("models", "show", "plans", "simulate", "search", "report")
+COMMANDS = ("models", "show", "plans", "simulate", "search", "export", "report")
 
 DEBUG_ENV = "FUSIONTUNE_DEBUG"
 """Environment variable that makes an unexpected error print its traceback (read here only)."""
@@ -34,8 +35,19 @@ EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), the shell convention."""
 
 
+class UsageError(FusiontuneError):
+    """A command-line option or argument argparse refused."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (the usage text stays in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fusiontune",
         description="Find the operator-fusion plan that moves the least data on a CIM accelerator.",
     )
@@ -61,7 +73,13 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        print(f"fusiontune: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except SystemExit as exc:  # --help, --version
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER_ERROR

@@ -6,13 +6,23 @@ import argparse
 import os
 import shlex
 import sys
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S
-from fusiontune.search.driver import FLUSH_INTERVAL_S
+from fusiontune.cli._common import (
+    MAX_INPUT_SIZE,
+    add_memory_limit_argument,
+    apply_memory_limit,
+    int_in_range,
+    positive_int,
+)
+from fusiontune.search.api import MAX_SEED
+from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S, MAX_WORKERS_PER_CORE, max_workers
+from fusiontune.search.storage import FLUSH_INTERVAL_S
 
 if TYPE_CHECKING:
-    from fusiontune.search.driver import TrialRecord
+    from fusiontune.search.storage import TrialRecord
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as cli/main.py."""
@@ -26,14 +36,17 @@ def register(sub: Any) -> None:
         "search",
         help="search fusion plans (and hardware knobs) with Optuna",
         description="Search the lowest-traffic legal fusion plan of a model with Optuna; "
-        "results go to <out>/<study>/ (trials.parquet, groups.parquet, best_plan.json).",
+        "results go to <out>/<study>/ (trials.parquet, groups.parquet, best_plan.json; "
+        "best_model.onnx with --export).",
     )
     p.add_argument("model", help="zoo model name or ONNX file")
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
-    p.add_argument("--trials", type=int, help="trial budget (default: from the space, 300)")
+    p.add_argument(
+        "--trials", type=positive_int, help="trial budget (default: from the space, 300)"
+    )
     p.add_argument(
         "--workers",
-        type=int,
+        type=int_in_range(1, max_workers(), f" ({MAX_WORKERS_PER_CORE} per CPU core)"),
         default=min(DEFAULT_WORKERS, os.cpu_count() or 1),
         help="evaluation processes (Ray CPUs); 1 = serial",
     )
@@ -45,7 +58,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--objective", help="traffic | energy | cycles | edp | multi (default: from the space)"
     )
-    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument(
+        "--seed", type=int_in_range(0, MAX_SEED), default=0, help="sampler seed (default 0)"
+    )
     p.add_argument("--study", help="study name (default: the model's name)")
     p.add_argument(
         "--storage", help="Optuna storage URL or journal file (*.log); default SQLite in the folder"
@@ -57,8 +72,17 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--verify-best", action="store_true", help="execute the best plan and check it numerically"
     )
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="also write the best plan as a fused ONNX model, best_model.onnx (fusiontune export)",
+    )
     p.add_argument("--backend", choices=("ray", "serial"), help="default: ray unless --workers 1")
-    p.add_argument("--input-size", type=int, help="input resolution/width of a zoo model")
+    p.add_argument(
+        "--input-size",
+        type=int_in_range(1, MAX_INPUT_SIZE),
+        help="input resolution/width of a zoo model",
+    )
     p.add_argument(
         "--input-shape",
         action="append",
@@ -82,6 +106,7 @@ def register(sub: Any) -> None:
         help=f"store finished trials and rewrite trials.parquet at most every S seconds "
         f"(default {FLUSH_INTERVAL_S:g})",
     )
+    add_memory_limit_argument(p)
     p.set_defaults(func=run)
 
 
@@ -100,10 +125,11 @@ def run(args: argparse.Namespace) -> int:
     from fusiontune.search.api import SearchInterrupted, search
     from fusiontune.search.space import load_space, with_overrides
 
+    apply_memory_limit(args)
     space = with_overrides(
         load_space(args.space), objective=args.objective, sampler=args.sampler, trials=args.trials
     )
-    progress = _Progress(space.trials, sys.stderr.isatty())
+    progress = Progress(space.objective, sys.stderr.isatty())
     try:
         result = search(
             args.model,
@@ -117,9 +143,11 @@ def run(args: argparse.Namespace) -> int:
             out=args.out,
             resume=args.resume,
             verify_best=args.verify_best,
+            export_best=args.export,
             input_size=args.input_size,
             input_shapes=parse_input_shapes(args.input_shape) if args.input_shape else None,
             on_record=progress.update,
+            on_start=progress.start,
             eval_timeout_s=args.eval_timeout or None,
             checkpoint_s=args.checkpoint_every,
         )
@@ -146,39 +174,94 @@ def resume_command(args: argparse.Namespace) -> str:
     return shlex.join(["fusiontune", *argv])
 
 
-class _Progress:
-    """A rich progress bar with best-so-far (plain lines when rich or a terminal is missing)."""
+OBJECTIVE_UNITS = {
+    "traffic": ("B",),
+    "energy": ("pJ",),
+    "cycles": ("cycles",),
+    "edp": ("pJ x cycles",),
+    "multi": ("B", "pJ", "cycles"),
+}
+"""Unit of each objective value, by objective (``multi``: traffic, energy, cycles)."""
 
-    def __init__(self, total: int, live: bool) -> None:
+
+def objective_text(objective: str, values: Sequence[float]) -> str:
+    """Objective values with their units: ``1.406e+06 B`` or ``794 B, 1.2e+06 pJ, 300 cycles``."""
+    units = OBJECTIVE_UNITS.get(objective, ("",) * len(values))
+    return ", ".join(f"{v:.6g} {u}".strip() for v, u in zip(values, units))
+
+
+class Progress:
+    """Search progress: trials done, trials/s, ETA, best so far (a rich bar on a terminal,
+    plain lines every tenth of the run elsewhere).
+
+    Args:
+        objective: the search objective (for the best value's unit).
+        live: draw a rich progress bar (a terminal); else print plain lines.
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(
+        self, objective: str, live: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.objective = objective
         self.best: float | None = None
         self.count = 0
-        self.total = total
+        self.total = 0
+        self._clock = clock
+        self._start_s = clock()
+        self._live = live
         self._bar: Any = None
-        if live:
-            try:
-                from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-            except ModuleNotFoundError:
-                return
-            self._bar = Progress(
-                TextColumn("search"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} trials"),
-                TextColumn("best {task.fields[best]}"),
-                TimeElapsedColumn(),
-            )
-            self._task = self._bar.add_task("search", total=total, best="-")
-            self._bar.start()
+
+    def start(self, total: int) -> None:
+        """The run will evaluate ``total`` trials (fewer than the budget on ``--resume``)."""
+        self.total, self.count, self._start_s = total, 0, self._clock()
+        if not self._live or total == 0:
+            return
+        try:
+            from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+        except ModuleNotFoundError:
+            return
+        self._bar = RichProgress(
+            TextColumn("search"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} trials"),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("ETA {task.fields[eta]}"),
+            TextColumn("best {task.fields[best]}"),
+            TimeElapsedColumn(),
+        )
+        self._task = self._bar.add_task("search", total=total, best="-", rate="-", eta="-")
+        self._bar.start()
+
+    def rate_per_s(self) -> float | None:
+        elapsed_s = self._clock() - self._start_s
+        return self.count / elapsed_s if elapsed_s > 0 and self.count else None
+
+    def eta_text(self) -> str:
+        rate = self.rate_per_s()
+        if rate is None:
+            return "-"
+        left_s = max(0, self.total - self.count) / rate
+        minutes, seconds = divmod(round(left_s), 60)
+        return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
     def update(self, record: TrialRecord) -> None:
         self.count += 1
         if record.state == "COMPLETE" and record.feasible and record.values:
             value = record.values[0]
             self.best = value if self.best is None else min(self.best, value)
-        best = "-" if self.best is None else f"{self.best:.6g}"
+        best = "-" if self.best is None else objective_text(self.objective, [self.best])
+        rate = self.rate_per_s()
+        rate_text = "-" if rate is None else f"{rate:.1f} trials/s"
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, best=best)
-        elif self.count % max(1, self.total // 10) == 0:
-            print(f"search: {self.count} trials, best {best}", file=sys.stderr)
+            self._bar.update(self._task, advance=1, best=best, rate=rate_text, eta=self.eta_text())
+        elif self.count % max(1, self.total // 10) == 0 or self.count == self.total:
+            print(
+                f"search: {self.count}/{self.total} trials, {rate_text}, ETA {self.eta_text()}, "
+                f"best {best}",
+                file=sys.stderr,
+            )
 
     def close(self) -> None:
         if self._bar is not None:
@@ -218,11 +301,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     objective = summary["objective"]
 
     def line(label: str, row: dict[str, Any]) -> str:
+        if row.get("error"):
+            return f"  {label:<18}failed: {' '.join(str(row['error']).split())[:120]}"
         text = f"  {label:<18}traffic {_mb(row.get('traffic_bytes')):>14}"
         values = row.get("values") or []
         if objective != "traffic" and values:
-            shown = ", ".join(f"{v:.6g}" for v in values)
-            text += f"   {objective} {shown}"
+            text += f"   {objective} {objective_text(objective, values)}"
         return text
 
     lines = [
@@ -271,7 +355,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         folder = os.path.dirname(files["trials"])
         lines.append(
             f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json"
-            + (", optimal_plan.json)" if "optimum" in summary else ")")
+            + (", optimal_plan.json" if "optimum" in summary else "")
+            + (", best_model.onnx)" if "best_model" in files else ")")
         )
         lines.append(f"  report:  fusiontune report {folder}")
     return "\n".join(lines)

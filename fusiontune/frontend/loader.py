@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fusiontune.errors import ModelLoadError
 from fusiontune.ir.graph import Graph
+from fusiontune.limits import MAX_ELEMENTS
 
 ONNX_SUFFIX = ".onnx"
 
@@ -73,5 +75,11 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
             )
         if name in shapes:
             raise ModelLoadError(f"--input-shape: input '{name}' is given twice")
-        shapes[name] = tuple(int(p) for p in parts)
+        shape = tuple(int(p) for p in parts)
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise ModelLoadError(
+                f"--input-shape '{spec}': {math.prod(shape):.3g} elements overflow int64 "
+                "(more than 2^63); give the model's real input shape"
+            )
+        shapes[name] = shape
     return shapes

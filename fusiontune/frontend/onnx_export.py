@@ -2,8 +2,10 @@
 
 Constants become initializers; attributes are converted to ONNX attributes (tuples become
 int/float lists, ndarrays become tensors). Operands that moved from attributes to inputs
-between opsets (Reduce*/Squeeze/Unsqueeze ``axes``, Split ``split``) are rewritten for the
-target opset, so a graph imported from an old model exports to a new one.
+between opsets (an OpDef's ``operand``: Reduce*/Squeeze/Unsqueeze ``axes``, Split ``split``)
+are rewritten for the target opset, and ops whose form changed otherwise (an OpDef's
+``export``: a training-mode batch norm, Split's ``num_outputs``) are written as the
+target opset wants them, so a graph imported from an old model exports to a new one.
 """
 
 from __future__ import annotations
@@ -15,33 +17,16 @@ import numpy as np
 
 from fusiontune.errors import FusiontuneError
 from fusiontune.ir.graph import Graph, Op, Tensor
+from fusiontune.ops import def_of
 
 if TYPE_CHECKING:
     import onnx
 
 DEFAULT_OPSET = 21  # Gelu needs >= 20 (onnx.ai/onnx/operators/onnx__Gelu.html)
-MIN_OPSET = 13  # Reduce/Squeeze/Unsqueeze/Split operand forms below are written for >= 13
-
-BN_TRAINING_OUTPUTS = 3  # Y, running_mean, running_var (onnx.ai BatchNormalization-15)
+MIN_OPSET = 13  # Reduce/Squeeze/Unsqueeze/Split operand forms are written for >= 13
 
 CUSTOM_DOMAIN_VERSION = 1  # opset version declared for any non-default op domain
 _DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
-SPLIT_NUM_OUTPUTS_SINCE = 18  # Split-18 needs the 'split' input or 'num_outputs'
-
-_REDUCE_AXES_INPUT_SINCE_18 = (
-    "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceSumSquare", "ReduceLogSumExp",
-)  # fmt: skip
-
-# op type -> (attribute, input index, first opset where the operand is an input)
-# Source: ONNX operator changelog (onnx/docs/Changelog.md).
-ATTR_TO_INPUT: dict[str, tuple[str, int, int]] = {
-    "ReduceSum": ("axes", 1, 13),
-    "Squeeze": ("axes", 1, 13),
-    "Unsqueeze": ("axes", 1, 13),
-    "Split": ("split", 1, 13),
-    **{t: ("axes", 1, 18) for t in _REDUCE_AXES_INPUT_SINCE_18},
-}
 
 
 def to_onnx(
@@ -85,12 +70,12 @@ def to_onnx(
         if t.value is not None:
             _fill_tensor(out.initializer.add(), name, np.asarray(t.value))
     for op in graph.ops:
-        inputs, attrs, extra = _operands_for_opset(op, graph, opset)
+        inputs, attrs, outputs, extra = _form_for_opset(op, graph, opset)
         for name, value in extra.items():
             _fill_tensor(out.initializer.add(), name, value)
         _check_schema(op, opset)
         domain = None if op.domain in _DEFAULT_DOMAINS else op.domain
-        node = helper.make_node(op.op_type, inputs, _outputs(op), name=op.name, domain=domain)
+        node = helper.make_node(op.op_type, inputs, outputs, name=op.name, domain=domain)
         node.attribute.extend(_attribute(op, k, v) for k, v in sorted(attrs.items()))
         out.node.append(node)
     out.input.extend(_value_info(graph.tensors[n]) for n in graph.inputs)
@@ -143,21 +128,18 @@ def _check_schema(op: Op, opset: int) -> None:
         ) from None
 
 
-def _operands_for_opset(
+def _form_for_opset(
     op: Op, graph: Graph, opset: int
-) -> tuple[list[str], dict[str, Any], dict[str, np.ndarray]]:
-    """Inputs, attributes and new initializers of ``op`` in the form ``opset`` expects."""
-    inputs, attrs = list(op.inputs), dict(op.attrs)
+) -> tuple[list[str], dict[str, Any], list[str], dict[str, np.ndarray]]:
+    """Inputs, attributes, outputs and new initializers of ``op`` as ``opset`` expects them."""
+    inputs, attrs, outputs = list(op.inputs), dict(op.attrs), list(op.outputs)
     extra: dict[str, np.ndarray] = {}
-    default_domain = op.domain in _DEFAULT_DOMAINS
-    if default_domain and op.op_type == "Split" and opset >= SPLIT_NUM_OUTPUTS_SINCE:
-        has_split = "split" in attrs or (len(inputs) > 1 and bool(inputs[1]))
-        if not has_split and "num_outputs" not in attrs:
-            attrs["num_outputs"] = len(op.outputs)  # equal split must be explicit since 18
-    rule = ATTR_TO_INPUT.get(op.op_type) if default_domain else None
-    if rule is None:
-        return inputs, attrs, extra
-    key, index, since = rule
+    d = def_of(op)
+    if d.export is not None:
+        inputs, attrs, outputs = d.export(op, graph, opset, inputs, attrs, outputs)
+    if d.operand is None:
+        return inputs, attrs, outputs, extra
+    key, index, since = d.operand.attr, d.operand.index, d.operand.since
     has_input = len(inputs) > index and bool(inputs[index])
     if opset >= since and key in attrs:
         name = f"{op.name}.{key}"
@@ -173,16 +155,7 @@ def _operands_for_opset(
             )
         attrs[key] = tuple(int(v) for v in np.asarray(value).reshape(-1))
         inputs = inputs[:index] + inputs[index + 1 :]
-    return _trim(inputs), attrs, extra
-
-
-def _outputs(op: Op) -> list[str]:
-    """Output names; a training-mode BatchNormalization must name all three (ONNX >= 14)."""
-    outputs = list(op.outputs)
-    if op.op_type == "BatchNormalization" and int(op.attr("training_mode", 0)):
-        outputs += [""] * (BN_TRAINING_OUTPUTS - len(outputs))
-        outputs = [name or f"{op.name}.out{i}" for i, name in enumerate(outputs)]
-    return outputs
+    return _trim(inputs), attrs, outputs, extra
 
 
 def _trim(inputs: list[str]) -> list[str]:

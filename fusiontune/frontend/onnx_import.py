@@ -5,13 +5,18 @@ The pipeline, top to bottom:
 1. read and parse the file (missing, truncated or non-ONNX files give one clear error);
 2. bring the default-domain opset into the supported range (older models are converted);
 3. fix the graph inputs' shapes (dynamic dimensions need ``input_shapes``);
-4. walk the nodes in topological order: ``Constant`` nodes and initializers become constant
+4. inline model-local functions (:mod:`fusiontune.frontend.onnx_functions`), then walk the
+   nodes in topological order: ``Constant`` nodes and initializers become constant
    tensors, nodes whose inputs are all constant (and ``Shape``/``Size`` of a static tensor)
    are folded, every other node becomes an :class:`~fusiontune.ir.graph.Op` whose output
-   shapes come from :func:`~fusiontune.ir.shapes.infer_op_shapes`, or from
+   shapes come from the op registry (:func:`~fusiontune.ops.infer_op_shapes`), or from
    ``onnx.shape_inference`` for the ops it does not know (a two-input ``Sum`` becomes the
    equivalent ``Add``, so residual sums are BINARY);
 5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
+
+:func:`load_onnx_with_plan` also reads back the plan a model exported by
+:func:`~fusiontune.frontend.plan_export.export_plan` spells: each top-level node (a group's
+function call, or a plain node) is one group of the ops it inlines to.
 
 Activations are float32: a float graph input of another dtype is rejected (no silent cast).
 """
@@ -23,36 +28,27 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from fusiontune import limits
 from fusiontune.errors import FusiontuneError, ModelLoadError
-from fusiontune.ir import opclass
+from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.ir.graph import Graph, Op, Tensor
-from fusiontune.ir.shapes import SHAPE_OP_TYPES, infer_op_shapes
+from fusiontune.ops import KNOWN_OP_TYPES, def_of, infer_op_shapes
+
+if TYPE_CHECKING:
+    from fusiontune.planner.plan import Plan
 
 MIN_OPSET = 11
 """Oldest default-domain opset read directly; older models go through the version converter."""
 MAX_OPSET = 21
-"""Newest default-domain opset read directly (issue 2: opsets 11-21)."""
+"""Newest default-domain opset read directly (opsets 11-21 are supported)."""
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
-KNOWN_OP_TYPES = frozenset(
-    opclass.LINEAR_TYPES
-    | opclass.ARITH_TYPES
-    | opclass.AFFINE_TYPES
-    | opclass.ELEMWISE_TYPES
-    | opclass.BINARY_ONLY_TYPES
-    | opclass.WINDOW_TYPES
-    | opclass.STATS_TYPES
-    | opclass.LAYOUT_TYPES
-    | {"BatchNormalization"}
-    | SHAPE_OP_TYPES
-)
-"""Op types the IR knows; any other type loads as OPAQUE with a warning."""
 
 NONDETERMINISTIC_TYPES = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -61,9 +57,11 @@ NONDETERMINISTIC_TYPES = frozenset(
 """Never constant-folded: their value changes from run to run."""
 
 ACTIVATION_DTYPE = "float32"
-_INDEX_OUTPUTS = {("MaxPool", 1): "int64", ("Dropout", 1): "bool"}  # ONNX output types
 _MODEL_PROTO_FIRST_TAG = 0x08  # (field 1 << 3) | varint wire type, per the protobuf encoding
 _FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
+HINT_SIZES = (224, 128, 64, 32, 16, 8, 1)
+"""Sizes tried for the non-batch dynamic dimensions of the shape a dynamic-shape error
+suggests (the first the model loads with; 224 is the usual image side)."""
 
 
 def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -86,6 +84,53 @@ def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None
     path = Path(path)
     model = _convert_opset(_read_model(path), path)
     return _Importer(model, path, dict(input_shapes or {})).run()
+
+
+def load_onnx_with_plan(
+    path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> tuple[Graph, Plan | None]:
+    """Load an ONNX model and the fusion plan it was exported with, if any.
+
+    For a model written by :func:`~fusiontune.frontend.plan_export.export_plan` (its
+    metadata holds the plan), every top-level node becomes one group: a group function's
+    call groups the ops of its body (folded and merged weights included, so a merged chain
+    is one LINEAR op now), a plain node is a group of one. Modes follow from the ops: one op
+    ``single``, two or more LINEAR ops ``stream``, otherwise ``fused``.
+
+    Returns:
+        The graph (as :func:`load_onnx` gives it) and the plan, or ``None`` for a model that
+        carries no fusiontune plan.
+
+    Raises:
+        ModelLoadError: as :func:`load_onnx`, or the groups read back are not a legal plan
+            of the graph (the file was edited after the export).
+    """
+    from fusiontune.frontend.plan_export import embedded_plan_json
+    from fusiontune.ir.opclass import OpClass
+    from fusiontune.planner.plan import Group, Mode, Plan
+
+    path = Path(path)
+    model = _convert_opset(_read_model(path), path)
+    importer = _Importer(model, path, dict(input_shapes or {}))
+    graph = importer.run()
+    if embedded_plan_json(model) is None:
+        return graph, None
+    members: dict[int, list[str]] = {}
+    for op in graph.ops:
+        members.setdefault(importer.origin[op.name], []).append(op.name)
+    groups = []
+    for names in members.values():
+        n_linear = sum(graph.op(n).op_class is OpClass.LINEAR for n in names)
+        mode = Mode.SINGLE if len(names) == 1 else Mode.STREAM if n_linear > 1 else Mode.FUSED
+        groups.append(Group(tuple(names), mode))
+    plan = Plan.of(graph, groups)
+    from fusiontune.planner.legality import check_plan
+
+    try:
+        check_plan(graph, plan, source=f"{path}: embedded plan")
+    except FusiontuneError as exc:
+        raise ModelLoadError(str(exc)) from None
+    return graph, plan
 
 
 # ---- 1. reading ------------------------------------------------------------------------------
@@ -249,6 +294,48 @@ def _topological(nodes: Sequence[onnx.NodeProto]) -> list[int] | None:
     return order
 
 
+def _type_name(value: onnx.ValueInfoProto) -> str:
+    elem = value.type.tensor_type.elem_type
+    return str(onnx.TensorProto.DataType.Name(elem)).lower()
+
+
+def _itemsize(elem_type: int) -> int:
+    """Bytes per element of an ONNX tensor type (8 for strings: a pointer each)."""
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize) or 1
+    except Exception:
+        return 8
+
+
+def _check_constant(node: onnx.NodeProto, where: str) -> None:
+    """Refuse a ``Constant`` whose value exceeds the memory limit (a sparse value is densified,
+    so its dense shape counts)."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            dims, elem = list(attr.t.dims), attr.t.data_type
+        elif attr.name == "sparse_value":
+            dims, elem = list(attr.sparse_tensor.dims), attr.sparse_tensor.values.data_type
+        else:
+            continue
+        limits.check_shape(node.output[0], dims, where)
+        limits.check_tensor(node.output[0], dims, _itemsize(elem), where)
+
+
+def _fold_bytes(op: Op, values: Sequence[np.ndarray | None]) -> int:
+    """Estimated bytes of a folded op's output, for the ops whose output is not bounded by
+    their inputs' size (ConstantOfShape, Expand, Tile, ...); 0 for the others."""
+    n = limits.fold_output_elements(op.op_type, values)
+    if n is None:
+        return 0
+    if op.op_type == "ConstantOfShape":
+        value = op.attr("value")
+        itemsize = int(value.itemsize) if value is not None else 4  # float32 zeros by default
+    else:
+        first = values[0] if values and values[0] is not None else None
+        itemsize = int(first.itemsize) if first is not None else 8
+    return n * itemsize
+
+
 # ---- 3-5. the import proper -------------------------------------------------------------------
 @dataclass
 class _Importer:
@@ -262,6 +349,8 @@ class _Importer:
     ops: list[Op] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     unknown: Counter[str] = field(default_factory=Counter)
+    origin: dict[str, int] = field(default_factory=dict)  # op name -> top-level node index
+    fold_limit_bytes: int = 0
     _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
 
     @property
@@ -273,20 +362,35 @@ class _Importer:
     def fail(self, message: str) -> ModelLoadError:
         return ModelLoadError(f"{self.path}: {message}")
 
+    def _tensor_value(self, proto: onnx.TensorProto, what: str) -> np.ndarray:
+        """A stored tensor as an array, its size checked against the memory limit first."""
+        dims = [int(d) for d in proto.dims]
+        name = proto.name or what
+        limits.check_shape(name, dims, str(self.path))
+        limits.check_tensor(name, dims, _itemsize(proto.data_type), str(self.path))
+        try:
+            return numpy_helper.to_array(proto)
+        except Exception as exc:
+            raise self.fail(
+                f"{what} '{name}' ({limits.shape_text(dims)}) cannot be read ({exc})"
+            ) from None
+
     def run(self) -> Graph:
         graph = self.model.graph
+        self.fold_limit_bytes = limits.fold_limit_bytes(self.model.ByteSize())
         if graph.sparse_initializer:
             raise self.fail("sparse initializers are not supported; densify them first")
         for init in graph.initializer:
-            self.constants[init.name] = numpy_helper.to_array(init)
+            self.constants[init.name] = self._tensor_value(init, "initializer")
         self._read_inputs()
-        nodes = list(graph.node)
+        nodes, origin = inline_local_functions(self.model, str(self.path))
         order = _topological(nodes)
         if order is None:
             raise self.fail("the graph has a cycle")
         names = self._op_names(nodes)
         for i in order:
             self._import_node(nodes[i], names[i])
+        self.origin = {names[i]: origin[i] for i in order}
         outputs = [o.name for o in graph.output]
         for name in outputs:
             if name in self.constants:
@@ -323,6 +427,11 @@ class _Importer:
         for value in graph_inputs:
             shape = self._input_shape(value, graph_inputs)
             dtype = _np_dtype_name(value.type.tensor_type.elem_type)
+            if np.dtype(dtype if dtype != "bfloat16" else "float32").kind not in "biuf":
+                raise self.fail(
+                    f"input '{value.name}' has dtype {_type_name(value)}; fusiontune models "
+                    f"numeric inputs ({ACTIVATION_DTYPE} activations, integer ids, booleans)"
+                )
             if dtype in _FLOAT_DTYPES and dtype != ACTIVATION_DTYPE:
                 raise self.fail(
                     f"input '{value.name}' has dtype {dtype}; fusiontune models {ACTIVATION_DTYPE} "
@@ -338,15 +447,21 @@ class _Importer:
             raise self.fail(f"input '{value.name}' is not a tensor (sequences/maps unsupported)")
         ttype = value.type.tensor_type
         declared: list[int | str | None] = []
+        given = self.input_shapes.get(value.name)
         if ttype.HasField("shape"):
-            for d in ttype.shape.dim:
+            for axis, d in enumerate(ttype.shape.dim):
                 if d.HasField("dim_value") and d.dim_value > 0:
                     declared.append(int(d.dim_value))
+                elif d.HasField("dim_value") and given is None:
+                    raise self.fail(
+                        f"input '{value.name}' dimension {axis} is {d.dim_value}; dimensions "
+                        f"must be >= 1 (fix the export, or give --input-shape {value.name}=...)"
+                    )
                 else:
                     declared.append(d.dim_param or None)
-        given = self.input_shapes.get(value.name)
         if given is not None:
             shape = tuple(int(d) for d in given)
+            limits.check_shape(value.name, shape, str(self.path))
             if ttype.HasField("shape") and len(shape) != len(declared):
                 raise self.fail(
                     f"input_shapes gives '{value.name}' rank {len(shape)} {shape}, the model "
@@ -377,17 +492,54 @@ class _Importer:
     ) -> None:
         if not has_shape:
             what = "has no shape (unknown rank)"
-            example = "1,3,224,224"
         else:
             axis = next(i for i, d in enumerate(declared) if not isinstance(d, int))
             label = f" ('{declared[axis]}')" if declared[axis] else ""
             what = f"dimension {axis}{label} is dynamic"
-            example = ",".join(str(d) if isinstance(d, int) else "1" for d in declared)
-        py = "(" + example.replace(",", ", ") + ("," if "," not in example else "") + ")"
+        shapes = self._suggest_shapes(graph_inputs)
+        if shapes is None:
+            raise self.fail(
+                f"input '{name}' {what}; give static shapes: input_shapes={{'{name}': (...)}} in "
+                f"Python or --input-shape {name}=D,D,... on the CLI (the sizes the model was "
+                f"exported for; none of {', '.join(map(str, HINT_SIZES))} loads)"
+            )
+        cli = " ".join(f"--input-shape {n}={','.join(map(str, s))}" for n, s in shapes.items())
+        py = ", ".join(f"'{n}': {tuple(s)}" for n, s in shapes.items())
         raise self.fail(
-            f"input '{name}' {what}; give static shapes: input_shapes={{'{name}': {py}}} in "
-            f"Python or --input-shape {name}={example} on the CLI"
+            f"input '{name}' {what}; give static shapes: input_shapes={{{py}}} in Python or "
+            f"{cli} on the CLI (checked: the model loads with these)"
         )
+
+    def _suggest_shapes(
+        self, graph_inputs: Sequence[onnx.ValueInfoProto]
+    ) -> dict[str, tuple[int, ...]] | None:
+        """Static shapes for every input with a dynamic dimension that the model really loads
+        with: batch (axis 0) 1, the other dynamic dimensions the first of :data:`HINT_SIZES`
+        that works; ``None`` when none does or a rank is unknown."""
+        for size in HINT_SIZES:
+            shapes = dict(self.input_shapes)
+            for value in graph_inputs:
+                ttype = value.type.tensor_type
+                if value.name in shapes:
+                    continue
+                if not ttype.HasField("shape"):
+                    return None
+                dims = [d.dim_value if d.HasField("dim_value") else 0 for d in ttype.shape.dim]
+                if all(d > 0 for d in dims):
+                    continue
+                shapes[value.name] = tuple(
+                    d if d > 0 else (1 if axis == 0 else size) for axis, d in enumerate(dims)
+                )
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _Importer(self.model, self.path, shapes).run()
+            except FusiontuneError:
+                continue
+            return {
+                n: tuple(int(d) for d in s) for n, s in shapes.items() if n not in self.input_shapes
+            }
+        return None
 
     # ---- nodes --------------------------------------------------------------------------
     @staticmethod
@@ -414,6 +566,7 @@ class _Importer:
                     f"op '{name}' ({node.op_type}) reads '{t}', which is never produced"
                 )
         if node.op_type == "Constant" and not domain:
+            _check_constant(node, str(self.path))
             try:
                 self.constants[node.output[0]] = _constant_node_value(node)
             except Exception as exc:
@@ -434,6 +587,7 @@ class _Importer:
         shapes = self._output_shapes(node, op)
         for out, (shape, dtype) in zip(op.outputs, shapes):
             if out:
+                limits.check_shape(out, shape, str(self.path))
                 self.tensors[out] = Tensor(out, shape, dtype)
         self.ops.append(op)
 
@@ -445,14 +599,9 @@ class _Importer:
     def _fold(self, node: onnx.NodeProto, op: Op) -> bool:
         """Fold ``op`` into constants when its value is known now; True when folded."""
         present = [t for t in node.input if t]
-        if op.op_type in ("Shape", "Size") and present and present[0] in self.tensors:
-            shape = self.tensors[present[0]].shape
-            if op.op_type == "Size":
-                value = np.array(int(np.prod(shape)), dtype=np.int64)
-            else:
-                end = op.attr("end")
-                value = np.array(shape[int(op.attr("start", 0)) : end], dtype=np.int64)
-            self.constants[node.output[0]] = value
+        static_value = def_of(op).static_value
+        if static_value is not None and present and present[0] in self.tensors:
+            self.constants[node.output[0]] = static_value(op, self.tensors[present[0]].shape)
             return True
         if not present or op.op_type in NONDETERMINISTIC_TYPES:
             return False
@@ -464,8 +613,10 @@ class _Importer:
         ):
             return False
         values = [self.constants[t] if t else None for t in node.input]
+        if _fold_bytes(op, values) > self.fold_limit_bytes:
+            return False  # too large to hold as a constant: the op runs instead
         results = self._evaluate(node, op, values)
-        if results is None:
+        if results is None or sum(r.nbytes for r in results) > self.fold_limit_bytes:
             return False
         for out, value in zip(node.output, results):
             if out:
@@ -497,7 +648,7 @@ class _Importer:
         """(shape, dtype) of each output: our inference, else onnx.shape_inference."""
         ours: list[tuple[int, ...] | None] = [None] * len(op.outputs)
         our_error: FusiontuneError | None = None
-        if op.op_type in SHAPE_OP_TYPES and not op.domain:
+        if def_of(op).shape is not None:
             try:
                 ours = list(infer_op_shapes(op, self.tensors))
             except FusiontuneError as exc:
@@ -526,13 +677,14 @@ class _Importer:
         return result
 
     def _dtype(self, op: Op, k: int, elem_type: int) -> str:
-        if op.op_type == "Cast":
-            return _np_dtype_name(int(op.attr("to")))
+        d = def_of(op)
+        if d.dtype_attr is not None:
+            return _np_dtype_name(int(op.attr(d.dtype_attr)))
         if elem_type:
             return _np_dtype_name(elem_type)
-        if (op.op_type, k) in _INDEX_OUTPUTS:
-            return _INDEX_OUTPUTS[op.op_type, k]
-        data = op.inputs[1] if op.op_type == "Where" else op.inputs[0] if op.inputs else ""
+        if k in d.out_dtypes:
+            return d.out_dtypes[k]
+        data = op.inputs[d.data_input] if len(op.inputs) > d.data_input else ""
         return self.tensors[data].dtype if data in self.tensors else ACTIVATION_DTYPE
 
     def _onnx_node_shapes(

@@ -1,7 +1,7 @@
 """The built-in model zoo: DNNs built in code with seeded random weights.
 
 Each model follows the op sequence its usual ONNX export has (torchvision for the CNNs:
-Conv without bias + BatchNormalization, ReLU6 as Clip with constant bounds, Flatten + Gemm
+Conv without bias + batch norm, ReLU6 as Clip with constant bounds, Flatten + Gemm
 classifier; the Hugging Face BERT export for the encoder layer), so the planner sees what it
 would see in a real exported file. Weights are random (He-normal, seeded): the zoo is for
 shapes, traffic and numerics checks, not for accuracy.
@@ -113,6 +113,9 @@ class _ZooBuilder(GraphBuilder):
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
         if self.placeholder:
             return self.const(name, np.broadcast_to(np.float32(0.0), tuple(shape)))
+        from fusiontune.limits import check_tensor
+
+        check_tensor(name, shape, 4, f"zoo model '{self.name}'")
         w = self.rng.standard_normal(tuple(shape), dtype=np.float32)
         w *= np.float32(math.sqrt(2.0 / max(fan_in, 1)))  # He-normal
         w.flags.writeable = False  # Tensor keeps read-only arrays without copying them
@@ -130,7 +133,7 @@ def _conv_bn(
     group: int = 1,
     training: bool = False,
 ) -> str:
-    """Conv (no bias, "same" padding) + BatchNormalization, as torchvision exports them."""
+    """Conv (no bias, "same" padding) + batch norm, as torchvision exports them."""
     y = b.conv(x, c_out, k, stride=stride, group=group, bias=False, name=f"{name}.conv")
     return b.bn(y, training=training, name=f"{name}.bn")
 
@@ -197,7 +200,7 @@ def _resnet(blocks: Sequence[int], bottleneck: bool, training: bool = False) -> 
 
     BasicBlock: conv3x3-BN-ReLU-conv3x3-BN (+ downsample 1x1 conv + BN) -> Add -> ReLU.
     Bottleneck (v1.5, stride on the 3x3): 1x1-BN-ReLU-3x3-BN-ReLU-1x1(x4)-BN -> Add -> ReLU.
-    ``training=True`` marks every BatchNormalization ``training_mode=1`` (batch statistics).
+    ``training=True`` marks every batch norm ``training_mode=1`` (batch statistics).
     """
     expansion = BOTTLENECK_EXPANSION if bottleneck else 1
 
@@ -272,7 +275,7 @@ def _mlp_relu(b: _ZooBuilder, width: int, batch: int) -> None:
 def _mlp_linear(b: _ZooBuilder, width: int, batch: int) -> None:
     """FC(d->256)-BN-FC(256->256)-FC(256->10), no nonlinearity: the whole chain merges (P3).
 
-    The inference BatchNormalization is AFFINE and folds into the merged matrix. Weights
+    The inference batch norm is AFFINE and folds into the merged matrix. Weights
     before merging (d=784): 784*256 + 256*256 + 256*10 = 268,800 (+ 522 biases, + 1,024 BN
     values); after: one 784x10 matrix, 7,840 weights + 10 biases.
     """

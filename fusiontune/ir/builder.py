@@ -13,7 +13,8 @@ import numpy as np
 
 from fusiontune.errors import ShapeError
 from fusiontune.ir.graph import Graph, Op, Tensor
-from fusiontune.ir.shapes import infer_op_shapes
+from fusiontune.ops import infer_op_shapes
+from fusiontune.ops.norm import BATCH_NORM, BN_MOMENTUM, NORM_EPSILON
 
 
 class GraphBuilder:
@@ -91,6 +92,9 @@ class GraphBuilder:
 
     # ---- weights ------------------------------------------------------------------------
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
+        from fusiontune.limits import check_tensor
+
+        check_tensor(name, shape, 8, f"graph '{self.name}'")  # drawn as float64, then cast
         w = self.rng.standard_normal(tuple(shape)) * np.sqrt(2.0 / max(fan_in, 1))
         return self.const(name, w.astype(np.float32))
 
@@ -136,10 +140,10 @@ class GraphBuilder:
         beta = self.const(f"{name}.bias", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
         mean = self.const(f"{name}.mean", (0.1 * self.rng.standard_normal(c)).astype(np.float32))
         var = self.const(f"{name}.var", (0.5 + self.rng.random(c)).astype(np.float32))
-        attrs: dict[str, Any] = {"epsilon": 1e-5, "momentum": 0.9}
+        attrs: dict[str, Any] = {"epsilon": NORM_EPSILON, "momentum": BN_MOMENTUM}
         if training:
             attrs["training_mode"] = 1
-        return self.op("BatchNormalization", [x, gamma, beta, mean, var], attrs, name=name)
+        return self.op(BATCH_NORM, [x, gamma, beta, mean, var], attrs, name=name)
 
     def gemm(self, x: str, n_out: int, bias: bool = True, name: str | None = None) -> str:
         """Fully connected layer as ONNX Gemm with transB=1 (weight shape (out, in))."""
@@ -211,4 +215,6 @@ class GraphBuilder:
             f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
         )
         b = self.const(f"{name}.bias", (0.1 * self.rng.standard_normal(n)).astype(np.float32))
-        return self.op("LayerNormalization", [x, g, b], {"axis": axis, "epsilon": 1e-5}, name=name)
+        return self.op(
+            "LayerNormalization", [x, g, b], {"axis": axis, "epsilon": NORM_EPSILON}, name=name
+        )

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from fusiontune.errors import GraphLintError
-from fusiontune.ir.opclass import OpClass, classify
+from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import classify, def_of, infer_op_shapes, matrix_shape
 
 AttrValue = Any  # int | float | str | tuple[int, ...] | tuple[float, ...] | np.ndarray
 
@@ -125,11 +126,8 @@ class Graph:
             t = tensors.get(name)
             return t is not None and t.is_constant
 
-        ops = tuple(
-            replace(op, op_class=classify(op.op_type, op.attrs, op.inputs, is_constant))
-            for op in self.ops
-        )
-        object.__setattr__(self, "ops", ops)
+        classified = tuple(replace(op, op_class=classify(op, is_constant)) for op in self.ops)
+        object.__setattr__(self, "ops", classified)
 
     # ---- derived maps -------------------------------------------------------------------
     @cached_property
@@ -212,19 +210,12 @@ class Graph:
         return sum(self.tensors[t].numel for t in self.constant_inputs(op))
 
     def op_macs(self, op: Op) -> int:
-        """Multiply-accumulates of a LINEAR op (0 for other classes)."""
+        """Multiply-accumulates of a LINEAR op (0 for other classes): one per weight per
+        matrix-vector product of its crossbar matrix."""
         if op.op_class is not OpClass.LINEAR:
             return 0
-        out = self.tensors[op.outputs[0]]
-        w = self.tensors[op.inputs[1]]
-        if op.op_type == "Conv":
-            # each output element sums C_in/groups * prod(kernel) products
-            return out.numel * math.prod(w.shape[1:])
-        a = self.tensors[op.inputs[0]]
-        if op.op_type == "Gemm":
-            k = a.shape[0] if int(op.attr("transA", 0)) else a.shape[1]
-            return out.numel * k
-        return out.numel * a.shape[-1]  # MatMul
+        rows, cols, count, vectors, _ = matrix_shape(self, op)
+        return rows * cols * count * vectors
 
     @cached_property
     def total_macs(self) -> int:
@@ -242,8 +233,6 @@ class Graph:
         (topological order, no cycle); every tensor is produced once; names are unique;
         every output tensor is known; shapes agree with shape inference. Returns ``self``.
         """
-        from fusiontune.ir.shapes import infer_op_shapes  # local: shapes imports graph
-
         problems: list[str] = []
         seen_ops: set[str] = set()
         available = set(self.inputs) | {n for n, t in self.tensors.items() if t.is_constant}
@@ -284,7 +273,7 @@ class Graph:
                 problems.append(f"graph output '{t}' is never produced")
         if not problems:
             for op in self.ops:
-                if op.op_class is OpClass.OPAQUE and op.op_type not in _CHECKABLE_OPAQUE:
+                if op.op_class is OpClass.OPAQUE and not def_of(op).lint_opaque:
                     continue
                 try:
                     shapes = infer_op_shapes(op, self.tensors)
@@ -332,11 +321,6 @@ class Graph:
         return tuple(
             sorted((self.op_by_name[n] for n in names), key=lambda o: self.op_index[o.name])
         )
-
-
-_CHECKABLE_OPAQUE = frozenset(
-    {"Conv", "Gemm", "MatMul", "Concat", "Add", "Sub", "Mul", "Div", "BatchNormalization"}
-)
 
 
 def _attr_for_hash(value: AttrValue) -> Any:

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from fusiontune.errors import IllegalPlanError
-from fusiontune.ir.graph import Graph, Op
+from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import AffineKind, affine_kind, matrix_shape
 from fusiontune.planner._index import GraphIndex, graph_index
 from fusiontune.planner.candidates import candidate_edges, edge_index
 from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
@@ -185,7 +186,7 @@ def tvm_like_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
 
     Modelled on TVM's FuseOps as this project's brief describes it: a LINEAR op or an
     element-wise op (BatchNorm included) absorbs the element-wise, binary, layout and constant
-    affine ops (a bias Add) that follow it; but a BatchNormalization never joins its
+    affine ops (a bias Add) that follow it; but a per-channel normalization never joins its
     convolution, pooling (WINDOW) never joins anything and two LINEAR ops never share a group
     (no P2, P3 or P4).
     """
@@ -196,7 +197,7 @@ def tvm_like_plan(graph: Graph, config: PlannerConfig | None = None) -> Plan:
         if (
             (
                 d_op.op_class in TVM_EPILOGUE_CLASSES
-                or (d_op.op_class is OpClass.AFFINE and d_op.op_type != "BatchNormalization")
+                or (d_op.op_class is OpClass.AFFINE and affine_kind(d_op) is not AffineKind.CHANNEL)
             )
             and s_op.op_class in TVM_PRODUCER_CLASSES
             # an op joins one producer's group (a residual Add never joins two convs)
@@ -239,30 +240,14 @@ def merged_weight_count(view: GroupView) -> tuple[int, int]:
     graph = view.ix.graph
     separate = sum(math.prod(graph.tensor(view.op(i).inputs[1]).shape) for i in view.linear)
     first, last = view.op(view.linear[0]), view.op(view.linear[-1])
-    return _in_features(graph, first) * _out_features(graph, last), separate
+    rows = matrix_shape(graph, first)[0]  # input features of the chain
+    cols = matrix_shape(graph, last)[1]  # output features
+    return rows * cols, separate
 
 
 def _merge_shrinks(view: GroupView) -> bool:
     merged, separate = merged_weight_count(view)
     return merged <= separate
-
-
-def _in_features(graph: Graph, op: Op) -> int:
-    w = graph.tensor(op.inputs[1]).shape
-    if op.op_type == "Gemm":
-        return w[1] if int(op.attr("transB", 0)) else w[0]
-    if op.op_type == "MatMul":
-        return w[0]
-    return w[1]  # Conv 1x1: (C_out, C_in, 1, 1)
-
-
-def _out_features(graph: Graph, op: Op) -> int:
-    w = graph.tensor(op.inputs[1]).shape
-    if op.op_type == "Gemm":
-        return w[0] if int(op.attr("transB", 0)) else w[1]
-    if op.op_type == "MatMul":
-        return w[1]
-    return w[0]
 
 
 def _plan(

@@ -21,6 +21,7 @@ partitions in the tests).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from functools import lru_cache
 
@@ -107,6 +108,15 @@ def enumerate_plans(
             hit = cache[base] = list(lat.walk(base))
         return hit
 
+    groups: dict[int, tuple[Group, ...]] = {}  # group mask -> one Group per legal mode
+
+    def as_groups(t: Transition) -> tuple[Group, ...]:
+        hit = groups.get(t.mask)
+        if hit is None:
+            ops = tuple(names[i] for i in bits(t.mask))
+            hit = groups[t.mask] = tuple(Group(ops, m) for m in t.modes)
+        return hit
+
     produced = 0
     # path entries: (group mask, first op); frames: (ideal, index into its steps)
     path: list[tuple[int, int, Transition]] = []
@@ -125,8 +135,9 @@ def enumerate_plans(
         if not _normal(path, t.mask, first, pred_mask):
             continue
         if base | t.mask == full:
-            chosen = [*path, (t.mask, first, t)]
-            for plan in _plans(graph, names, chosen):
+            chosen = sorted([*path, (t.mask, first, t)], key=lambda c: c[1])
+            for combo in itertools.product(*(as_groups(c[2]) for c in chosen)):
+                plan = Plan(combo)
                 yield plan
                 produced += 1
                 if limit is not None and produced >= limit:
@@ -150,22 +161,3 @@ def _normal(
         if g_first > first:
             return False
     return True
-
-
-def _plans(
-    graph: Graph, names: tuple[str, ...], chosen: list[tuple[int, int, Transition]]
-) -> Iterator[Plan]:
-    chosen = sorted(chosen, key=lambda c: c[1])
-    ops = [tuple(names[i] for i in bits(m)) for m, _, _ in chosen]
-    mode_lists = [t.modes for _, _, t in chosen]
-
-    def rec(k: int, acc: list[Group]) -> Iterator[Plan]:
-        if k == len(ops):
-            yield Plan(tuple(acc))
-            return
-        for mode in mode_lists[k]:
-            acc.append(Group(ops[k], mode))
-            yield from rec(k + 1, acc)
-            acc.pop()
-
-    yield from rec(0, [])

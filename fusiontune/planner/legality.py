@@ -38,6 +38,8 @@ from functools import cached_property
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import AffineKind, affine_kind, is_linear_map, registry, uses_batch_stats
+from fusiontune.ops.window import has_padding
 from fusiontune.planner._index import GraphIndex, bits, graph_index
 from fusiontune.planner.plan import Mode, Plan, PlannerConfig
 
@@ -53,8 +55,6 @@ RULE_OPAQUE = 6
 P1_CLASSES = frozenset(
     {OpClass.AFFINE, OpClass.ELEMWISE, OpClass.BINARY, OpClass.LAYOUT, OpClass.STATS}
 )
-# pools that are nonlinear (max-like); average pools are linear but still not part of P3
-NONLINEAR_WINDOWS = frozenset({"MaxPool", "GlobalMaxPool", "LpPool"})
 CONV_CHANNEL_AXIS = 1  # NCHW (DESIGN §2)
 
 
@@ -202,7 +202,7 @@ def rule_mode_fits(view: GroupView, mode: Mode) -> Refusal | None:
 
 # ---- rules of the P3 matrix-chain merge ---------------------------------------------------
 def rule_batch_stats_not_folded(view: GroupView, mode: Mode) -> Refusal | None:
-    """Rule 3: BatchNormalization with batch statistics is never folded into a merge."""
+    """Rule 3: a normalization with batch statistics is never folded into a merge."""
     if mode is not Mode.MERGE:
         return None
     for i in view.members:
@@ -225,7 +225,7 @@ def rule_no_merge_across_nonlinearity(view: GroupView, mode: Mode) -> Refusal | 
             continue  # rule 3 speaks for it
         cls = view.ix.classes[i]
         nonlinear = cls in (OpClass.ELEMWISE, OpClass.STATS, OpClass.BINARY, OpClass.OPAQUE)
-        nonlinear |= cls is OpClass.WINDOW and view.op(i).op_type in NONLINEAR_WINDOWS
+        nonlinear |= cls is OpClass.WINDOW and not is_linear_map(view.op(i))
         nonlinear |= cls is OpClass.AFFINE and _constant_divided(view, i)
         if nonlinear:
             return Refusal(
@@ -266,7 +266,7 @@ def rule_no_fold_into_padded_conv(view: GroupView, mode: Mode) -> Refusal | None
         return None
     for c in view.linear:
         conv = view.op(c)
-        if conv.op_type != "Conv" or not _has_padding(conv):
+        if not has_padding(conv):
             continue
         for a in view.between:
             feeds = view.ix.desc[a] >> c & 1
@@ -544,37 +544,11 @@ def quotient_cycle(ix: GraphIndex, group_of: list[int]) -> list[int]:
 # ---- helpers -------------------------------------------------------------------------------
 def is_fc_like(graph: Graph, op: Op) -> bool:
     """Gemm (transA=0), MatMul with a 2-D constant weight, or Conv 1x1/stride 1/no pad/group 1."""
-    if op.op_class is not OpClass.LINEAR:
-        return False
-    if op.op_type == "Gemm":
-        return int(op.attr("transA", 0)) == 0
-    if op.op_type == "MatMul":
-        return len(graph.tensor(op.inputs[1]).shape) == 2
-    if op.op_type == "Conv":
-        kernel = graph.tensor(op.inputs[1]).shape[2:]
-        strides = op.attr("strides", (1,) * len(kernel))
-        return (
-            all(k == 1 for k in kernel)
-            and all(int(s) == 1 for s in strides)
-            and int(op.attr("group", 1)) == 1
-            and not _has_padding(op)
-        )
-    return False
-
-
-def _has_padding(op: Op) -> bool:
-    auto_pad = op.attr("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    kernel = op.attr("kernel_shape", ())
-    if str(auto_pad).startswith("SAME") and any(int(k) > 1 for k in kernel):
-        return True
-    return any(int(p) != 0 for p in op.attr("pads", ()))
+    return registry.is_fc_like(graph, op)
 
 
 def _is_training_bn(view: GroupView, i: int) -> bool:
-    op = view.op(i)
-    return op.op_type == "BatchNormalization" and view.ix.classes[i] is OpClass.STATS
+    return view.ix.classes[i] is OpClass.STATS and uses_batch_stats(view.op(i))
 
 
 def _constant_divided(view: GroupView, i: int) -> bool:
@@ -600,16 +574,17 @@ def _chain_link_problem(view: GroupView, i: int) -> str | None:
             return None
         return f"{view.describe(i)} moves the feature axis ({x} -> {y}); it cannot be folded"
     if cls is not OpClass.AFFINE:
-        if cls is OpClass.WINDOW and op.op_type not in NONLINEAR_WINDOWS:
+        if cls is OpClass.WINDOW and is_linear_map(op):
             return f"{view.describe(i)} is a pooling WINDOW; a P3 chain holds AFFINE/LAYOUT only"
         return None  # nonlinear classes: rules 2 and 3 speak for them
     if _constant_divided(view, i):
         return None  # rule 2
-    if op.op_type == "BatchNormalization":
+    kind = affine_kind(op)
+    if kind is AffineKind.CHANNEL:
         if len(x) in (2, 4):
             return None
         return f"{view.describe(i)} normalizes axis 1 of a rank-{len(x)} tensor, not its features"
-    if op.op_type in ("Identity", "Dropout", "Neg"):
+    if kind is AffineKind.SCALAR:
         return None
     const = next(t for t in op.inputs if t and graph.is_constant(t))
     c_shape = graph.tensor(const).shape

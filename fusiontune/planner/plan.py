@@ -157,8 +157,9 @@ class Plan:
             source: where the data came from (file name), for messages.
             config: planner configuration the plan must satisfy (default: the default one).
         """
-        if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
-            raise IllegalPlanError(f"{source}: expected an object with a 'groups' list")
+        from fusiontune.frontend.plan_schema import check_plan_data
+
+        check_plan_data(data, source)
         groups: list[Group] = []
         seen: dict[str, int] = {}
         for i, entry in enumerate(data["groups"]):
@@ -204,13 +205,9 @@ class Plan:
     def from_json(
         cls, text: str, graph: Graph, source: str = "plan", config: PlannerConfig | None = None
     ) -> Plan:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise IllegalPlanError(
-                f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})"
-            ) from exc
-        return cls.from_dict(data, graph, source, config)
+        from fusiontune.fileio import parse_json
+
+        return cls.from_dict(parse_json(text, source, IllegalPlanError), graph, source, config)
 
 
 def singleton_plan(graph: Graph, names: Sequence[str] | None = None) -> Plan:

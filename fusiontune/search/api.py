@@ -14,31 +14,34 @@ Stages, in order:
 from __future__ import annotations
 
 import json
+import math
+import re
+import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.errors import StorageError
+from fusiontune.errors import ConfigError, StorageError
 from fusiontune.search import results as res
 from fusiontune.search.backends import (
     DEFAULT_EVAL_TIMEOUT_S,
     EvalTask,
-    evaluate_one,
+    check_workers,
+    evaluate_batch,
     make_backend,
 )
-from fusiontune.search.driver import (
+from fusiontune.search.loop import best_record, make_record, run_trials
+from fusiontune.search.problem import Problem
+from fusiontune.search.results import SearchResult
+from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
+from fusiontune.search.storage import (
     FLUSH_INTERVAL_S,
-    Problem,
     StudyStore,
     TrialRecord,
-    _record,
-    best_record,
+    deferred_interrupt,
     open_study,
-    run_trials,
     storage_for,
 )
-from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,31 +69,6 @@ class SearchInterrupted(KeyboardInterrupt):
         self.n_done = n_done
 
 
-@dataclass(frozen=True, eq=False)
-class SearchResult:
-    """Outcome of a search.
-
-    Attributes:
-        best_plan: best feasible plan found by the search.
-        trials: the ``trials`` table (search rows and baseline rows, column ``source``).
-        groups: the ``groups`` table.
-        summary: headline numbers (best, baselines, optimum, ratios, paths), as in summary.json.
-        out_dir: folder holding the files.
-    """
-
-    best_plan: Plan
-    trials: pd.DataFrame
-    groups: pd.DataFrame
-    summary: dict[str, Any]
-    out_dir: Path
-
-    @property
-    def best_over_optimum(self) -> float | None:
-        """Best found / proven optimum (1.0 = optimal); ``None`` without an oracle."""
-        value = self.summary.get("best_over_optimum")
-        return None if value is None else float(value)
-
-
 def search(
     graph_or_name: Graph | str,
     *,
@@ -107,11 +85,13 @@ def search(
     out: str | Path = "results",
     resume: bool = False,
     verify_best: bool = False,
+    export_best: bool = False,
     input_size: int | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     baselines: bool = True,
     start_from_greedy: bool = True,
     on_record: Callable[[TrialRecord], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
     eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
     checkpoint_s: float = FLUSH_INTERVAL_S,
 ) -> SearchResult:
@@ -133,11 +113,14 @@ def search(
         out: parent folder of the results folder ``<out>/<study>``.
         resume: continue an existing study up to ``trials``; trials left RUNNING are failed.
         verify_best: execute the best plan with the fused kernels and record the error.
+        export_best: also write the best plan as a fused ONNX model, ``best_model.onnx``
+            (:func:`~fusiontune.frontend.plan_export.export_plan`, on the best trial's hardware).
         input_size: input resolution for zoo models.
         input_shapes: static input shapes for an ONNX file with dynamic dimensions.
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
         start_from_greedy: make the greedy plan the first trial of a new study.
         on_record: called with each finished trial (progress bars).
+        on_start: called once with the number of trials this run will evaluate.
         eval_timeout_s: per-plan evaluation limit; a plan past it fails (``None``: no limit).
         checkpoint_s: finished trials are stored and ``trials.parquet`` rewritten (atomically)
             at most this often, so a killed run loses at most this much work.
@@ -149,40 +132,131 @@ def search(
     from fusiontune import __version__
     from fusiontune.sim.hardware import load_hardware
 
+    check_workers(workers)
+    _check_seed(seed)
+    _check_seconds("eval_timeout_s", eval_timeout_s, allow_none=True)
+    _check_seconds("checkpoint_s", checkpoint_s, allow_none=False)
+    if study is not None:
+        check_study_name(study)
     graph = _load_graph(graph_or_name, input_size, input_shapes)
+    if verify_best:  # refuse before searching, not after
+        from fusiontune.limits import check_graph
+
+        check_graph(graph, "verifying the best plan (--verify-best)")
     spc = space if isinstance(space, SearchSpace) else load_space(space)
     spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
     hw = load_hardware(spc.hardware)
     problem = Problem.build(graph, spc, hw)
-    name = study or graph.name
+    name = study if study is not None else default_study_name(graph.name)
     out_dir = Path(out) / name
+    created = _first_missing(out_dir)  # removed again if nothing gets stored
     _check_writable(out_dir)
-    store = open_study(
-        name, storage_for(storage, out_dir), problem, seed, resume, start_from_greedy, checkpoint_s
+    be = make_backend(
+        backend or ("serial" if workers <= 1 and not address else "ray"),
+        workers,
+        address,
+        eval_timeout_s=eval_timeout_s,
     )
+    try:
+        store = open_study(
+            name,
+            storage_for(storage, out_dir),
+            problem,
+            seed,
+            resume,
+            start_from_greedy,
+            checkpoint_s,
+            before_create=lambda: be.start(graph),  # a backend that fails leaves no study
+        )
+    except BaseException:
+        be.close()
+        if created is not None:  # nothing was stored: leave no empty folder or database behind
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
-
-    done = len(store.records())
-    remaining = max(0, spc.trials - done)
     try:
-        if remaining:
-            be = make_backend(
-                backend or ("serial" if workers <= 1 and not address else "ray"),
-                workers,
-                address,
-                eval_timeout_s=eval_timeout_s,
-            )
-            try:
-                be.start(graph)
+        remaining = max(0, spc.trials - len(store.records()))
+        if on_start is not None:
+            on_start(remaining)
+        try:
+            if remaining:
                 run_trials(store, problem, be, remaining, on_record)
-            finally:
-                be.close()
-        return _finish(problem, store, ctx, out_dir, baselines, verify_best)
+        finally:
+            be.close()
+        return _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
     except KeyboardInterrupt:
-        store.flush()
-        _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
-        raise SearchInterrupted(out_dir, len(store.records())) from None
+        with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
+            store.flush()
+            _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
+        raise SearchInterrupted(out_dir, len(store.stored_records())) from None
+    finally:
+        store.close()
+
+
+MAX_SEED = 2**32 - 1
+"""Largest sampler seed (numpy's RandomState, which Optuna's samplers use, takes 32 bits)."""
+
+MAX_STUDY_NAME_CHARS = 100
+"""Longest study name (a folder name under ``out``)."""
+
+_STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+def check_study_name(name: object) -> str:
+    """A study name is one safe folder name: letters, digits, ``_ . + -``, not starting with a
+    dot, at most :data:`MAX_STUDY_NAME_CHARS` characters (so ``<out>/<study>`` stays inside
+    ``out``: no ``..``, ``/``, absolute paths, newlines or NUL).
+
+    Raises:
+        ConfigError: naming the value and what is allowed.
+    """
+    if (
+        not isinstance(name, str)
+        or not _STUDY_NAME.fullmatch(name)
+        or len(name) > MAX_STUDY_NAME_CHARS
+    ):
+        raise ConfigError(
+            f"study name {name!r} is not allowed; use 1 to {MAX_STUDY_NAME_CHARS} letters, "
+            "digits and _ . + - (not starting with '.'): it names a folder under --out"
+        )
+    return name
+
+
+def default_study_name(model: str) -> str:
+    """The study name for a model: its name with every character a study name does not
+    allow replaced by ``_``."""
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "_", model).lstrip(".") or "study"
+    if not name[0].isalnum() and name[0] != "_":
+        name = "_" + name
+    return name[:MAX_STUDY_NAME_CHARS]
+
+
+def _check_seed(seed: object) -> None:
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed = {seed!r} is out of range; allowed 0 .. {MAX_SEED} (or None)")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (``None``: it exists)."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _check_seconds(name: str, value: object, allow_none: bool) -> None:
+    """A duration in seconds: a finite number (> 0 for a time limit, >= 0 for an interval)."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (allow_none and value == 0):  # type: ignore[operator]
+        allowed = "a number of seconds > 0, or None for no limit" if allow_none else "seconds >= 0"
+        raise ConfigError(f"{name} = {value!r} is not allowed; give {allowed}")
 
 
 def _check_writable(out_dir: Path) -> None:
@@ -203,7 +277,7 @@ def _check_writable(out_dir: Path) -> None:
 def _checkpoint(store: StudyStore, ctx: res.RowContext, out_dir: Path) -> None:
     """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
     killed at any moment leaves a readable table of the work stored so far."""
-    res.write_parquet(res.trials_frame(store.records(), ctx), out_dir / res.TRIALS_FILE)
+    res.write_parquet(res.trials_frame(store.stored_records(), ctx), out_dir / res.TRIALS_FILE)
 
 
 def _finish(
@@ -213,10 +287,12 @@ def _finish(
     out_dir: Path,
     baselines: bool,
     verify_best: bool,
+    export_best: bool = False,
 ) -> SearchResult:
     """Stages 4-6: baselines, tables, verification, files."""
     graph, name = problem.graph, ctx.study
-    records = store.records()
+    store.flush()
+    records = store.stored_records()  # every driver's trials, numbered by the storage
     best = best_record(records, problem)
     if best is None:
         from fusiontune.errors import FusiontuneError
@@ -249,8 +325,14 @@ def _finish(
     res.write_parquet(trials_df, out_dir / res.TRIALS_FILE)
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
     res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
+    if export_best:
+        from fusiontune.frontend.plan_export import export_plan
+
+        best_hw = res.hardware_from_json(best.hw_json)
+        export_plan(graph, best_plan, out_dir / res.BEST_MODEL_FILE, hw=best_hw)
+        summary["files"]["best_model"] = str(out_dir / res.BEST_MODEL_FILE)
     oracle = base_records.get("oracle")
-    if oracle is not None:
+    if oracle is not None and oracle.plan_json:
         optimal = _plan_of(oracle.plan_json).to_json(indent=2) + "\n"
         res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
@@ -277,13 +359,24 @@ def _plan_of(plan_json: str) -> Plan:
 
 
 def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
-    outcome = evaluate_one(problem.graph, EvalTask(number, plan, problem.base_hw))
-    return _record(problem, number, plan, problem.base_hw, outcome)
+    """A row for ``plan`` at base hardware; an evaluation that raises is a failed row."""
+    outcome = evaluate_batch(problem.graph, [EvalTask(number, plan, problem.base_hw)])[0]
+    return make_record(problem, number, plan, problem.base_hw, outcome)
+
+
+def _baseline(problem: Problem, name: str, make_plan: Callable[[], Plan]) -> TrialRecord:
+    """A baseline row; a baseline whose plan cannot be built is recorded as failed (the
+    search's own results stand without it)."""
+    try:
+        plan = make_plan()
+    except Exception as exc:
+        return TrialRecord(-1, "FAIL", error=f"{name} plan: {type(exc).__name__}: {exc}")
+    return _evaluate(problem, plan)
 
 
 def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
     """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at base
-    hardware."""
+    hardware. A baseline that fails is recorded as failed; the others go on."""
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
     from fusiontune.search.optimize import optimal_plan
@@ -292,24 +385,32 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
 
     graph, cfg, hw = problem.graph, problem.config, problem.base_hw
     out = {
-        "unfused": _evaluate(problem, unfused_plan(graph)),
-        "tvm_like": _evaluate(problem, tvm_like_plan(graph, cfg)),
-        "greedy": _evaluate(problem, greedy_plan(graph, cfg, hw)),
+        "unfused": _baseline(problem, "unfused", lambda: unfused_plan(graph)),
+        "tvm_like": _baseline(problem, "tvm_like", lambda: tvm_like_plan(graph, cfg)),
+        "greedy": _baseline(problem, "greedy", lambda: greedy_plan(graph, cfg, hw)),
     }
-    n_plans = count_plans(graph, cfg)
-    info: dict[str, Any] = {"count_plans": int(n_plans)}
-    if n_plans <= EXHAUSTIVE_MAX_PLANS:
-        candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
-        best = best_record(candidates, problem)
-        if best is not None:
-            out["exhaustive"] = best
+    info: dict[str, Any] = {}
+    try:
+        n_plans = count_plans(graph, cfg)
+        info["count_plans"] = int(n_plans)
+        if n_plans <= EXHAUSTIVE_MAX_PLANS:
+            candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
+            best = best_record(candidates, problem)
+            if best is not None:
+                out["exhaustive"] = best
+    except Exception as exc:
+        info["exhaustive_error"] = f"{type(exc).__name__}: {exc}"
     objective = problem.space.objective
     oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
-    oracle = optimal_plan(graph, hw, oracle_objective, config=cfg)
-    info["lower_bounds"] = {
-        "compulsory_bytes": lower_bound(graph, hw),
-        "capacity_bytes": capacity_bound(graph, hw),
-    }
+    try:
+        oracle = optimal_plan(graph, hw, oracle_objective, config=cfg)
+        info["lower_bounds"] = {
+            "compulsory_bytes": lower_bound(graph, hw),
+            "capacity_bytes": capacity_bound(graph, hw),
+        }
+    except Exception as exc:
+        out["oracle"] = TrialRecord(-1, "FAIL", error=f"oracle: {type(exc).__name__}: {exc}")
+        return out, info
     info.update(
         oracle_objective=oracle_objective,
         oracle_status=oracle.status,
@@ -388,6 +489,7 @@ def _summary(
         "baselines": {
             k: {m: r.metrics.get(m) for m in (metric, "energy_pj", "cycles")}
             | {"values": list(r.values)}
+            | ({"error": r.error} if r.state != "COMPLETE" else {})
             for k, r in base.items()
         },
         "fusiontune_version": ctx.version,
@@ -403,6 +505,7 @@ def _summary(
         saved = 1.0 - float(best.metrics[metric]) / float(unfused.metrics[metric])
         summary["traffic_saved_vs_unfused"] = saved
     oracle = base.get("oracle")
+    oracle = oracle if oracle is not None and oracle.state == "COMPLETE" else None
     same_hw = not problem.space.knobs or best.hw_hash == problem.base_hw.hash
     if oracle is not None and same_hw and problem.space.objective in ADDITIVE_OBJECTIVES:
         optimum = oracle.values[0]

@@ -57,6 +57,9 @@ ADDRESS_PROBE_S = 3.0
 RAY_ERROR_CHARS = 300
 """Characters of a Ray error kept in a failed trial's message (Ray's include tracebacks)."""
 
+MAX_WORKERS_PER_CORE = 4
+"""Most local evaluation processes per CPU core: more only adds start-up and memory."""
+
 WORKER_DIED = "worker process died"
 """Error of a plan whose Ray worker died twice (once in its batch, once on its own)."""
 
@@ -312,6 +315,7 @@ class RayBackend(Backend):
         self.eval_timeout_s = eval_timeout_s
         self.evaluate = evaluate
         self._started_ray = False
+        self._reaper: Any = None
         self._graph_ref: Any = None
         self._remote: Any = None
         self._in_flight: dict[Any, tuple[list[EvalTask], float]] = {}  # ref -> (tasks, deadline)
@@ -330,6 +334,10 @@ class RayBackend(Backend):
                 except (ConnectionError, ValueError, RuntimeError) as exc:
                     raise _address_error(self.address, exc) from exc
             else:
+                from fusiontune.search.ray_reaper import Reaper
+
+                self._reaper = Reaper()
+                self._reaper.start()  # the local Ray dies with this process, however it ends
                 ray.init(
                     address="local",  # a new local instance, never a stale default cluster
                     num_cpus=self.workers,
@@ -412,6 +420,9 @@ class RayBackend(Backend):
         self._in_flight.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+        if self._reaper is not None:
+            self._reaper.stop()
+            self._reaper = None
 
 
 def check_ray_address(address: str) -> None:
@@ -429,6 +440,59 @@ def check_ray_address(address: str) -> None:
         socket.create_connection((host, int(port)), timeout=ADDRESS_PROBE_S).close()
     except OSError as exc:
         raise _address_error(address, exc) from exc
+    if "://" not in address:
+        _check_ray_auth(address, f"{host}:{port}")
+
+
+def _check_ray_auth(address: str, target: str) -> None:
+    """Connect to the cluster's GCS once, as Ray's own client does: a cluster that wants a
+    token refuses at once, where ``ray.init`` would retry for ~20 s and then blame the address.
+    Only when this process would send no token (``RAY_AUTH_MODE`` is not ``token``: Ray never
+    sends its token to an explicit address otherwise). A probe that has not answered within
+    :data:`ADDRESS_PROBE_S` is left to ``ray.init``."""
+    from fusiontune.errors import ConfigError
+
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        return
+    failure: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+            GcsClient(address=target)
+        except Exception as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    with _quiet_stderr():  # Ray's C++ client logs each refused attempt
+        thread.start()
+        thread.join(ADDRESS_PROBE_S)
+    if failure and type(failure[0]).__name__ == "AuthenticationError":
+        raise ConfigError(
+            f"--address {address}: the Ray cluster there requires token authentication and "
+            "this driver sends no token; run with RAY_AUTH_MODE=token (the token comes from "
+            "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token), or start the head with "
+            "RAY_AUTH_MODE=disabled on a private network"
+        )
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the block (C++ logging bypasses sys.stderr)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _address_error(address: str, exc: BaseException) -> Exception:
@@ -448,6 +512,28 @@ def _runtime_env() -> dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(fusiontune.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
+
+
+def max_workers() -> int:
+    """Most ``workers`` accepted on this machine (:data:`MAX_WORKERS_PER_CORE` per core)."""
+    return (os.cpu_count() or 1) * MAX_WORKERS_PER_CORE
+
+
+def check_workers(workers: object, label: str = "workers") -> int:
+    """``workers`` as an int in ``1 .. max_workers()``.
+
+    Raises:
+        ConfigError: naming ``label``, the value and the allowed range.
+    """
+    from fusiontune.errors import ConfigError
+
+    high = max_workers()
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= high:
+        raise ConfigError(
+            f"{label} = {workers!r} is out of range; allowed 1 .. {high} "
+            f"({MAX_WORKERS_PER_CORE} per CPU core, {os.cpu_count() or 1} cores here)"
+        )
+    return workers
 
 
 def make_backend(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from fusiontune.search.api import SearchResult
+    from fusiontune.search.results import SearchResult
 
 REPORT_FILE = "report.md"
 FIG_SIZE_IN = (7.0, 4.0)

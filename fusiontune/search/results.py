@@ -1,4 +1,5 @@
-"""Results tables (DESIGN §9): ``trials`` and ``groups`` DataFrames, Parquet files, reload.
+"""Results (DESIGN §9): :class:`SearchResult`, the ``trials`` and ``groups`` DataFrames,
+Parquet files and reload (:func:`load_results`).
 
 ``trials``: one row per evaluated plan (search trials and baselines), carrying everything
 needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune version.
@@ -26,13 +27,13 @@ if TYPE_CHECKING:
 
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
-    from fusiontune.search.api import SearchResult
-    from fusiontune.search.driver import TrialRecord
+    from fusiontune.search.storage import TrialRecord
     from fusiontune.sim.hardware import HardwareConfig
 
 TRIALS_FILE = "trials.parquet"
 GROUPS_FILE = "groups.parquet"
 BEST_PLAN_FILE = "best_plan.json"
+BEST_MODEL_FILE = "best_model.onnx"  # written with export_best (--export)
 OPTIMAL_PLAN_FILE = "optimal_plan.json"
 """The exact oracle's plan (additive objective, base hardware), when it ran."""
 SUMMARY_FILE = "summary.json"
@@ -159,17 +160,83 @@ def hardware_from_json(text: str) -> HardwareConfig:
     return HardwareConfig(**data)
 
 
+@dataclass(frozen=True, eq=False)
+class SearchResult:
+    """Outcome of a search.
+
+    Attributes:
+        best_plan: best feasible plan found by the search.
+        trials: the ``trials`` table (search rows and baseline rows, column ``source``).
+        groups: the ``groups`` table.
+        summary: headline numbers (best, baselines, optimum, ratios, paths), as in summary.json.
+        out_dir: folder holding the files.
+    """
+
+    best_plan: Plan
+    trials: pd.DataFrame
+    groups: pd.DataFrame
+    summary: dict[str, Any]
+    out_dir: Path
+
+    @property
+    def best_over_optimum(self) -> float | None:
+        """Best found / proven optimum (1.0 = optimal); ``None`` without an oracle."""
+        value = self.summary.get("best_over_optimum")
+        return None if value is None else float(value)
+
+
 # ---- files -----------------------------------------------------------------------------------
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    """Write through a temporary file in the same folder, then ``os.replace`` it into place:
+    a reader opening ``path`` sees the old file or the new one, never a part. The file gets
+    the mode a plain ``open`` would give it (0666 less the umask; ``mkstemp`` makes 0600).
+
+    Raises:
+        StorageError: the file cannot be written (disk full, no permission, ...).
+    """
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
         write(Path(tmp))
+        os.chmod(tmp, FILE_MODE & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            from fusiontune.search.storage import is_disk_full
+
+            reason = "disk full" if is_disk_full(exc) else (exc.strerror or str(exc))
+            raise StorageError(
+                f"{path}: cannot write ({reason}); the study storage keeps every stored "
+                "trial: fix the cause (free disk space) and rerun with --resume"
+            ) from exc
         raise
+
+
+FILE_MODE = 0o666
+"""Mode of result files before the umask (as ``open`` creates files)."""
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_parquet(path: str | Path) -> pd.DataFrame:
+    """Read a Parquet file through one open file handle.
+
+    ``pd.read_parquet(path)`` opens the path twice (footer, then pages): while a search
+    replaces ``trials.parquet`` it can pair the footer of one version with the pages of the
+    next ("Page was smaller than expected"). One handle reads one version, whole.
+    """
+    import pandas as pd
+
+    with open(path, "rb") as f:
+        return pd.read_parquet(f)
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -192,21 +259,27 @@ def load_results(directory: str | Path) -> SearchResult:
     Raises:
         StorageError: the folder or one of its files is missing.
     """
-    import pandas as pd
 
     from fusiontune.planner.plan import Group, Mode, Plan
-    from fusiontune.search.api import SearchResult
 
     d = Path(directory)
     for name in (TRIALS_FILE, GROUPS_FILE, BEST_PLAN_FILE, SUMMARY_FILE):
         if not (d / name).is_file():
             raise StorageError(f"{d}: missing {name}; is this a fusiontune search results folder?")
-    plan_data = json.loads((d / BEST_PLAN_FILE).read_text())
-    plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
+    from fusiontune.fileio import parse_json, read_text
+
+    def load_json(name: str) -> Any:
+        return parse_json(read_text(d / name, StorageError), str(d / name), StorageError)
+
+    plan_data = load_json(BEST_PLAN_FILE)
+    try:
+        plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
+        trials, groups = read_parquet(d / TRIALS_FILE), read_parquet(d / GROUPS_FILE)
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        raise StorageError(
+            f"{d}: a results file is damaged ({type(exc).__name__}: {exc}); rerun the search "
+            "with --resume to rewrite it"
+        ) from None
     return SearchResult(
-        best_plan=plan,
-        trials=pd.read_parquet(d / TRIALS_FILE),
-        groups=pd.read_parquet(d / GROUPS_FILE),
-        summary=json.loads((d / SUMMARY_FILE).read_text()),
-        out_dir=d,
+        best_plan=plan, trials=trials, groups=groups, summary=load_json(SUMMARY_FILE), out_dir=d
     )

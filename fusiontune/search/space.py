@@ -175,20 +175,14 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
     Raises:
         ConfigError: naming the file, the key and the allowed values.
     """
-    import yaml
+    from fusiontune.fileio import load_yaml, parse_yaml
 
     if path is None:
-        return parse_space(yaml.safe_load(DEFAULT_SPACE_YAML), source="<default>")
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: search space file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{p}: not valid YAML{where}") from exc
-    return parse_space(data, source=str(p))
+        return parse_space(parse_yaml(DEFAULT_SPACE_YAML, "<default>", ConfigError), "<default>")
+    if not isinstance(path, (str, Path)):
+        raise ConfigError(f"search space must be a YAML path or a SearchSpace, got {path!r}")
+    data = load_yaml(path, ConfigError, "search space file")
+    return parse_space(data, source=str(path))
 
 
 def parse_space(data: Any, source: str = "<space>") -> SearchSpace:

@@ -24,52 +24,36 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-# Defaults when no hardware is given: DESIGN §7 (ISAAC-like ReRAM, reference/cim-parameters.md)
-ACT_BITS_DEFAULT = 8  # ISAAC 8-bit activations
-WEIGHT_BITS_DEFAULT = 8  # ISAAC 8-bit weights
-CELL_BITS_DEFAULT = 2  # ISAAC 2 bits per ReRAM cell
-DAC_BITS_DEFAULT = 1  # ISAAC 1-bit DACs (bit-serial inputs)
-ADC_BITS_DEFAULT = 8  # ISAAC 8-bit ADC
-CROSSBAR_ROWS_DEFAULT = 128  # 128 x 128 crossbars (NeuroSim, MNSIM, ISAAC)
+from fusiontune.sim.hardware import HardwareConfig
 
-
-def _hw_int(hw: Any, names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        value = getattr(hw, name, None)
-        if value is not None:
-            return int(value)
-    return default
+_ISAAC = HardwareConfig()  # DESIGN §7 defaults (sim/hardware.py gives their sources)
 
 
 @dataclass(frozen=True)
 class CimNumerics:
-    """Bit widths and crossbar height that decide CIM rounding."""
+    """Bit widths and crossbar height that decide CIM rounding (defaults: DESIGN §7)."""
 
-    act_bits: int = ACT_BITS_DEFAULT
-    weight_bits: int = WEIGHT_BITS_DEFAULT
-    cell_bits: int = CELL_BITS_DEFAULT
-    dac_bits: int = DAC_BITS_DEFAULT
-    adc_bits: int = ADC_BITS_DEFAULT
-    crossbar_rows: int = CROSSBAR_ROWS_DEFAULT
+    act_bits: int = _ISAAC.act_bits
+    weight_bits: int = _ISAAC.weight_bits
+    cell_bits: int = _ISAAC.cell_bits
+    dac_bits: int = _ISAAC.dac_bits
+    adc_bits: int = _ISAAC.adc_bits
+    crossbar_rows: int = _ISAAC.crossbar_rows
 
     @classmethod
-    def from_hw(cls, hw: Any = None) -> CimNumerics:
-        """Read the widths from a ``HardwareConfig`` (DESIGN §7 defaults for ``None``)."""
-        if hw is None:
-            return cls()
+    def from_hw(cls, hw: HardwareConfig | None = None) -> CimNumerics:
+        """The widths of ``hw`` (the DESIGN §7 default hardware for ``None``)."""
+        hw = hw or _ISAAC
         return cls(
-            act_bits=_hw_int(hw, ("act_bits",), ACT_BITS_DEFAULT),
-            weight_bits=_hw_int(hw, ("weight_bits",), WEIGHT_BITS_DEFAULT),
-            cell_bits=_hw_int(hw, ("cell_bits",), CELL_BITS_DEFAULT),
-            dac_bits=_hw_int(hw, ("dac_bits",), DAC_BITS_DEFAULT),
-            adc_bits=_hw_int(hw, ("adc_bits",), ADC_BITS_DEFAULT),
-            crossbar_rows=_hw_int(
-                hw, ("crossbar_rows", "xbar_rows", "rows"), CROSSBAR_ROWS_DEFAULT
-            ),
+            act_bits=hw.act_bits,
+            weight_bits=hw.weight_bits,
+            cell_bits=hw.cell_bits,
+            dac_bits=hw.dac_bits,
+            adc_bits=hw.adc_bits,
+            crossbar_rows=hw.crossbar_rows,
         )
 
     @property

@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import element_ops, is_fc_like
 from fusiontune.sim.groupmodel import (
-    BITS_PER_BYTE,  # noqa: F401  (re-exported: the one definition lives in groupmodel)
     FLOAT_FIELDS,
     INT_FIELDS,
     GroupTotals,
@@ -64,14 +64,12 @@ from fusiontune.sim.groupmodel import (
     group_model,
 )
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.needs import GLOBAL_POOLS, SPATIAL_POOLS, linear_matrix
+from fusiontune.sim.needs import linear_matrix
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
     from fusiontune.planner.plan import Group, Plan
 
-STATS_OPS_PER_ELEM = 2  # modelling convention: one statistics pass + one normalising pass
-ELEMENT_OPS_PER_ELEM = 1  # modelling convention: one ALU op per output element
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose group costs stay cached
 
 
@@ -215,17 +213,8 @@ def _numel(graph: Graph, tensor: str) -> int:
 
 
 def _element_ops(graph: Graph, op: Op) -> int:
-    """ALU ops of a non-crossbar op (module docstring conventions)."""
-    out = _numel(graph, op.outputs[0])
-    if op.op_class is OpClass.LAYOUT:
-        return 0
-    if op.op_type in SPATIAL_POOLS:
-        return out * math.prod(int(k) for k in op.attr("kernel_shape"))
-    if op.op_type in GLOBAL_POOLS:
-        return _numel(graph, op.inputs[0])
-    if op.op_class is OpClass.STATS:
-        return STATS_OPS_PER_ELEM * _numel(graph, op.inputs[0])
-    return ELEMENT_OPS_PER_ELEM * out
+    """ALU ops of a non-crossbar op (the op registry's count)."""
+    return element_ops(graph, op)
 
 
 def _group_cost(graph: Graph, group: Group, hw: HardwareConfig) -> GroupMetrics:
@@ -353,18 +342,6 @@ def lower_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     return total
 
 
-def _fc_like(graph: Graph, op: Op) -> bool:
-    if op.op_class is not OpClass.LINEAR:
-        return False
-    if op.op_type == "Conv":
-        w = graph.tensors[op.inputs[1]].shape
-        flat = all(d == 1 for d in w[2:]) and int(op.attr("group", 1)) == 1
-        strides = all(int(s) == 1 for s in op.attr("strides") or ())
-        pads = all(int(p) == 0 for p in op.attr("pads") or ())
-        return flat and strides and pads
-    return len(graph.tensors[op.inputs[1]].shape) == 2
-
-
 def _chain_next(graph: Graph, op: Op) -> Op | None:
     """The FC-like op a merge could join ``op`` with, through AFFINE/LAYOUT ops."""
     outputs = set(graph.outputs)
@@ -374,7 +351,7 @@ def _chain_next(graph: Graph, op: Op) -> Op | None:
         if t in outputs or len(users) != 1:
             return None
         nxt = graph.op_by_name[users[0]]
-        if _fc_like(graph, nxt) and nxt.inputs[0] == t:
+        if is_fc_like(graph, nxt) and nxt.inputs[0] == t:
             return nxt
         if nxt.op_class not in (OpClass.AFFINE, OpClass.LAYOUT):
             return None
@@ -385,7 +362,7 @@ def _min_weight_bytes(graph: Graph, hw: HardwareConfig) -> int:
     nxt = {}
     has_prev: set[str] = set()
     for op in graph.ops:
-        if _fc_like(graph, op):
+        if is_fc_like(graph, op):
             n = _chain_next(graph, op)
             if n is not None:
                 nxt[op.name] = n

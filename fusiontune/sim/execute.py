@@ -25,18 +25,32 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import (
+    DTYPE,
+    affine_coeffs,
+    def_of,
+    has_fused_kernel,
+    kernel_shape,
+    run_fused,
+)
+from fusiontune.ops.linear import (
+    LinearParams,
+    MatmulFn,
+    apply_matrix,
+    conv_nd,
+    linear_params,
+    matmul_float,
+)
+from fusiontune.ops.window import window_geometry
 from fusiontune.planner.plan import Group, Mode, Plan
-from fusiontune.sim import kernels as K
+from fusiontune.sim.hardware import HardwareConfig
 
-ACT_BITS_DEFAULT = 8  # DESIGN §6/§7: 8-bit activations when no hardware is given
-BITS_PER_BYTE = 8
 BAND_ELEMS_TARGET = 16384  # elements of a group's output per band: keeps im2col bands in L2
 MIN_BANDS = 4  # even a small map is split, so no banded intermediate ever exists whole
 NUMERICS = ("float", "cim")
@@ -61,6 +75,9 @@ class Execution:
         numerics: ``"float"`` or ``"cim"``.
         peak_band_rows: for each tensor computed by bands, the most rows (axis 2) held at
             once; below the tensor's height when it never existed whole.
+        reference_kernel_ops: ops that ran on their own reference kernel (no distinct fused
+            kernel, not folded or merged into weights): compared with the reference, they
+            are compared with themselves.
     """
 
     outputs: dict[str, np.ndarray]
@@ -70,17 +87,12 @@ class Execution:
     group_write_bytes: tuple[int, ...]
     numerics: str = "float"
     peak_band_rows: dict[str, int] = field(default_factory=dict)
+    reference_kernel_ops: tuple[str, ...] = ()
 
     @property
     def act_traffic_bytes(self) -> int:
         """Reads plus writes."""
         return self.act_read_bytes + self.act_write_bytes
-
-
-def act_bytes_per_element(hw: Any = None) -> int:
-    """``ceil(act_bits / 8)`` with act_bits from ``hw`` (8 without hardware)."""
-    bits = getattr(hw, "act_bits", None) if hw is not None else None
-    return math.ceil(int(bits if bits is not None else ACT_BITS_DEFAULT) / BITS_PER_BYTE)
 
 
 # ---- the instrumented store ---------------------------------------------------------------
@@ -118,14 +130,14 @@ class _Store:
         """Store a whole tensor."""
         expect = self.graph.tensors[name].shape
         assert tuple(value.shape) == expect, f"{name}: computed {value.shape}, declared {expect}"
-        self.values[name] = np.ascontiguousarray(value, dtype=K.DTYPE)
+        self.values[name] = np.ascontiguousarray(value, dtype=DTYPE)
         self.write_bytes[self.group] += value.size * self.act_bytes
 
     def write_rows(self, name: str, start: int, rows: np.ndarray) -> None:
         """Store rows ``[start, start + len)`` (axis 2) of a tensor written by bands."""
         shape = self.graph.tensors[name].shape
         if name not in self.values:
-            self.values[name] = np.empty(shape, dtype=K.DTYPE)
+            self.values[name] = np.empty(shape, dtype=DTYPE)
             self._rows_written[name] = 0
         assert start == self._rows_written[name], f"{name}: rows out of order"
         self.values[name][:, :, start : start + rows.shape[ROW_AXIS]] = rows
@@ -159,7 +171,7 @@ class Node:
     op: Op | None
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    linear: K.LinearParams | None = None
+    linear: LinearParams | None = None
     banded: bool = False
     folded: tuple[str, ...] = ()
 
@@ -225,7 +237,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
     if len(linear) < 2:
         raise IllegalPlanError(f"{where}: needs at least 2 LINEAR ops, has {len(linear)}")
     first, last = linear[0], linear[-1]
-    acc = K.linear_params(graph, first, as_matrix=True)
+    acc = linear_params(graph, first, as_matrix=True)
     chain = [first.name]
     cur = first
     axis = acc.out_axis % len(acc.out_shape)
@@ -239,7 +251,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
         chain.append(nxt.name)
         cls = nxt.op_class
         if cls is OpClass.LINEAR:
-            p = K.linear_params(graph, nxt, as_matrix=True)
+            p = linear_params(graph, nxt, as_matrix=True)
             x_shape = graph.tensors[nxt.inputs[0]].shape
             rows_next = math.prod(x_shape) // p.weight.shape[0]
             rows_acc = math.prod(acc.out_shape) // acc.weight.shape[1]
@@ -250,7 +262,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
                 )
             acc = acc.then(p)
             axis = acc.out_axis % len(acc.out_shape)
-        elif cls is OpClass.LAYOUT and nxt.op_type != "Transpose":
+        elif cls is OpClass.LAYOUT and not def_of(nxt).reorders:
             axis = _feature_axis(graph.tensors[nxt.output].shape, acc.weight.shape[1], nxt)
         elif cls in (OpClass.AFFINE, OpClass.STATS, OpClass.ELEMWISE):
             if cls is OpClass.ELEMWISE:  # taken as the identity: the rule-2 trap
@@ -259,7 +271,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
                     np.zeros(acc.weight.shape[1]),
                 )
             else:  # AFFINE exactly; a batch-statistics BN with running stats: the rule-3 trap
-                coeffs = K.affine_coeffs(graph, nxt, axis, running_stats=True)
+                coeffs = affine_coeffs(graph, nxt, axis, running_stats=True)
             if coeffs is None:
                 raise IllegalPlanError(
                     f"{where}: op '{nxt.name}' ({nxt.op_type}) is not a per-feature affine map"
@@ -271,7 +283,7 @@ def _merge_chain(graph: Graph, group: Group) -> tuple[Node, list[str]]:
             )
         cur = nxt
     out_shape = graph.tensors[last.output].shape
-    acc = K.LinearParams(
+    acc = LinearParams(
         "matrix", acc.weight, acc.bias, 1, acc.in_axis, acc.out_axis, out_shape, first
     )
     node = Node(first.name, None, (first.inputs[0],), (last.output,), acc, False, tuple(chain))
@@ -287,7 +299,7 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node) -> Node:
         if nxt is None or nxt.op_class is not OpClass.AFFINE:
             break
         axis = 1 if p.kind == "conv" else p.out_axis
-        coeffs = K.affine_coeffs(graph, nxt, axis)
+        coeffs = affine_coeffs(graph, nxt, axis)
         if coeffs is None:
             break
         p = p.fold(*coeffs)
@@ -297,7 +309,6 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node) -> Node:
 
 
 _ROW_LOCAL_CLASSES = frozenset({OpClass.AFFINE, OpClass.ELEMWISE, OpClass.BINARY})
-_POOLS = frozenset({"MaxPool", "AveragePool"})
 
 
 def _used(graph: Graph, tensor: str) -> bool:
@@ -315,7 +326,7 @@ def _row_local(graph: Graph, node: Node) -> bool:
     assert op is not None
     if any(_used(graph, t) for t in op.outputs[1:]):
         return False
-    if op.op_type in _POOLS:
+    if def_of(op).band is not None:
         return True
     if op.op_class not in _ROW_LOCAL_CLASSES:
         return False
@@ -365,7 +376,7 @@ def _compile_group(graph: Graph, group: Group) -> list[Node]:
                 continue
         elif op.op_class is OpClass.LINEAR:
             try:
-                params = K.linear_params(graph, op)
+                params = linear_params(graph, op)
                 node = Node(op.name, op, (op.inputs[0],), (op.output,), params)
             except IllegalPlanError:  # a batched MatMul weight: run the op as it is
                 node = Node(op.name, op, op.inputs, op.outputs)
@@ -434,7 +445,7 @@ class _GroupRun:
         inputs: Mapping[str, np.ndarray],
         stored: list[str],
         store: _Store,
-        matmul: K.MatmulFn,
+        matmul: MatmulFn,
     ) -> None:
         self.graph = graph
         self.matmul = matmul
@@ -497,31 +508,32 @@ class _GroupRun:
         p = node.linear
         if p is None:
             assert node.op is not None
-            return K.run_kernel(self.graph, node.op, args)
+            return run_fused(node.op, args)
         x = args[0]
         assert x is not None
         if p.kind == "matrix":
-            return [K.apply_matrix(p, x, self.matmul)]
+            return [apply_matrix(p, x, self.matmul)]
         assert p.source_op is not None
-        win = K.op_window(p.source_op, x.shape[2:], p.weight.shape[2:])
-        return [K.conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)]
+        win = window_geometry(p.source_op, x.shape[2:], p.weight.shape[2:])
+        return [conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)]
 
     def _band(self, node: Node, a: int, b: int) -> np.ndarray:
         """Output rows ``[a, b)`` of a banded node."""
         p = node.linear
-        if p is not None or (node.op is not None and node.op.op_type in _POOLS):
+        band = def_of(node.op).band if node.op is not None else None
+        if p is not None or band is not None:
             x_name = node.inputs[0]
             x_shape = self.shape(x_name)
             op = p.source_op if p is not None else node.op
             assert op is not None
-            kernel = p.weight.shape[2:] if p is not None else op.attr("kernel_shape")
-            win = K.op_window(op, x_shape[2:], kernel)
+            kernel = p.weight.shape[2:] if p is not None else kernel_shape(self.graph, op)
+            win = window_geometry(op, x_shape[2:], kernel)
             band_win, lo, hi = win.band(a, b, x_shape[ROW_AXIS])
             x = self.rows(x_name, lo, hi, node.name)
             if p is not None:
-                return K.conv_nd(x, p.weight, p.bias, band_win, p.group, self.matmul)
-            kind = "max" if op.op_type == "MaxPool" else "avg"
-            return K.pool_nd(x, kind, band_win, bool(int(op.attr("count_include_pad", 0))))
+                return conv_nd(x, p.weight, p.bias, band_win, p.group, self.matmul)
+            assert band is not None
+            return band(op, x, band_win)
         op = node.op
         assert op is not None
         height = self.shape(node.outputs[0])[ROW_AXIS]
@@ -535,7 +547,7 @@ class _GroupRun:
                 args.append(self.rows(t, a, b, node.name))
             else:
                 args.append(self.full(t, node.name))
-        return K.run_kernel(self.graph, op, args)[0]
+        return run_fused(op, args)[0]
 
     # -- driver --------------------------------------------------------------------------
     def run(self, stored: list[str]) -> None:
@@ -579,7 +591,7 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
                 f"graph '{graph.name}' input '{name}' is missing "
                 f"(given: {', '.join(inputs) or 'none'})"
             )
-        value = np.asarray(inputs[name], dtype=K.DTYPE)
+        value = np.asarray(inputs[name], dtype=DTYPE)
         expect = graph.tensors[name].shape
         if value.shape != expect:
             raise ExecutionInputError(
@@ -643,7 +655,7 @@ def execute(
     plan: Plan,
     inputs: Mapping[str, np.ndarray],
     numerics: str = "float",
-    hw: Any = None,
+    hw: HardwareConfig | None = None,
     check: bool = True,
 ) -> Execution:
     """Run ``plan`` on ``inputs``: one fused kernel per group, bytes counted at the store.
@@ -653,14 +665,15 @@ def execute(
         plan: a partition of its ops into groups (topological order of groups).
         inputs: graph input name -> array of the declared shape (cast to float32).
         numerics: ``"float"`` (float32) or ``"cim"`` (crossbar quantization, ``sim/cim.py``).
-        hw: a ``HardwareConfig`` (act_bits for byte counts, bit widths for CIM); DESIGN §7
-            defaults when ``None``.
+        hw: the hardware (act_bits for byte counts, bit widths for CIM); the DESIGN §7
+            default :class:`HardwareConfig` when ``None``.
         check: run the planner's ``check_plan`` first. ``False`` executes any partition,
             legal or not (how the lecture's traps are shown).
 
     Raises:
         IllegalPlanError: the plan is illegal (with ``check``) or cannot be executed.
         ExecutionInputError: an input is missing or has the wrong shape.
+        ResourceLimitError: the graph's tensors need more than the memory limit.
     """
     if numerics not in NUMERICS:
         from fusiontune.errors import closest
@@ -674,18 +687,24 @@ def execute(
         from fusiontune.planner.legality import check_plan
 
         check_plan(graph, plan)
-    matmul: K.MatmulFn = K.matmul_float
+    from fusiontune.limits import check_graph
+
+    check_graph(graph, "executing it")
+    hw = hw or HardwareConfig()
+    matmul: MatmulFn = matmul_float
     if numerics == "cim":
         from fusiontune.sim.cim import CimNumerics, cim_matmul_fn
 
         matmul = cim_matmul_fn(CimNumerics.from_hw(hw))
-    store = _Store(graph, act_bytes_per_element(hw), plan.n_groups)
+    store = _Store(graph, hw.act_bytes, plan.n_groups)
     store.values.update(_check_inputs(graph, inputs))
     peak_rows: dict[str, int] = {}
+    self_compared: list[str] = []
     for index in group_order(graph, plan):
         group = plan.groups[index]
         store.begin_group(index)
         nodes = compile_group(graph, group)
+        self_compared += [n.name for n in nodes if _runs_reference_kernel(n)]
         ext = {t: store.read(t) for t in external_inputs(graph, group)}
         stored = stored_tensors(graph, group)
         run = _GroupRun(graph, nodes, ext, stored, store, matmul)
@@ -701,4 +720,10 @@ def execute(
         group_write_bytes=tuple(store.write_bytes),
         numerics=numerics,
         peak_band_rows=peak_rows,
+        reference_kernel_ops=tuple(sorted(self_compared, key=graph.op_index.__getitem__)),
     )
+
+
+def _runs_reference_kernel(node: Node) -> bool:
+    """The node is one op run by its reference kernel (no fused kernel, no folded weights)."""
+    return node.linear is None and node.op is not None and not has_fused_kernel(node.op)

@@ -32,11 +32,11 @@ from typing import Any, NamedTuple
 
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import delay_rows, is_global_pool
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.plan import Mode
-from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import (
-    GLOBAL_POOLS,
     WeightMatrix,
     _held_elems,
     _is_window,
@@ -46,7 +46,6 @@ from fusiontune.sim.needs import (
     window_rows,
 )
 
-BITS_PER_BYTE = 8
 MAX_MODELS = 32  # (graph, hardware) models kept alive at once
 # Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
 # activation precision (ZigZag 3.9.1, parser/onnx/onnx_operator_parser.py: intermediate output
@@ -101,7 +100,7 @@ class _Structure:
 
 @lru_cache(maxsize=MAX_MODELS)
 def _structure(graph: Graph) -> _Structure:
-    from fusiontune.sim.cost import _element_ops  # per-op ALU counts live with the cost model
+    from fusiontune.ops import element_ops as _element_ops  # per-op ALU counts: the op registry
 
     ix = graph_index(graph)
     tid: dict[str, int] = {}
@@ -139,16 +138,15 @@ def _structure(graph: Graph) -> _Structure:
     for i, op in enumerate(graph.ops):
         cls = ix.classes[i]
         needs: dict[int, int] = {}
-        delay = 0
+        # rows the output lags the input (STATS: applies only when the input is internal)
+        delay = delay_rows(graph, op, input_inside=True)
         if _is_window(graph, op):
             k0 = window_rows(graph, op)
-            delay = k0 - 1
             for t in acts[i]:
                 shape = shapes[t]
                 needs[t] = min(k0, _rows(shape)) * _row_elems(shape)
-        elif op.op_type in GLOBAL_POOLS and acts[i]:
+        elif is_global_pool(op) and acts[i]:
             shape = shapes[acts[i][0]]
-            delay = _rows(shape)
             for t in acts[i]:
                 needs[t] = shape[0] * shape[1]
         line_need.append(needs)
@@ -156,8 +154,6 @@ def _structure(graph: Graph) -> _Structure:
         is_stats = cls is OpClass.STATS
         stats.append(is_stats)
         held.append(_held_elems(graph, op) if is_stats else 0)
-        if is_stats and acts[i]:
-            delay = _rows(shapes[acts[i][0]])  # applies only when the input is internal
         op_delay.append(delay)
         k0s.append(window_rows(graph, op))
         out_elems.append(math.prod(graph.tensors[op.outputs[0]].shape))

@@ -23,6 +23,7 @@ from typing import Any
 from fusiontune.errors import ConfigError, check_keys, closest
 
 KIB = 1024
+BITS_PER_BYTE = 8
 
 # Accelergy hwcomponents-library, ISAAC components: 32 nm SAR ADC at 1.2 GS/s (Kull ISSCC'13
 # scaled per Saberi'11), energy per conversion in pJ by resolution in bits.
@@ -159,13 +160,14 @@ class HardwareConfig:
                     f"{_DIRECT}: key '{key}' = {value} is out of range; "
                     f"allowed {_fmt(low)} .. {_fmt(high)}"
                 )
+        _adc_table(self.adc_pj_by_bits, _DIRECT)
         _check_consistent(self, _DIRECT)
 
     # ---- derived ----------------------------------------------------------------------
     @property
     def act_bytes(self) -> int:
         """Bytes per activation element (DESIGN §6)."""
-        return math.ceil(self.act_bits / 8)
+        return math.ceil(self.act_bits / BITS_PER_BYTE)
 
     @property
     def weight_slices(self) -> int:
@@ -189,7 +191,7 @@ class HardwareConfig:
 
     def weight_bytes(self, n_weights: int) -> int:
         """Bytes of ``n_weights`` weights at ``weight_bits`` each."""
-        return math.ceil(n_weights * self.weight_bits / 8)
+        return math.ceil(n_weights * self.weight_bits / BITS_PER_BYTE)
 
     # ---- (de)serialisation ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -307,19 +309,33 @@ def _check_scalar(key: str, value: Any, source: str) -> Any:
 
 
 def _adc_table(value: Any, source: str) -> tuple[tuple[int, float], ...]:
+    """The ADC energy table as sorted (bits, pJ) pairs: integer bits in 1 .. 32, finite pJ in
+    0 .. MAX_ENERGY_PJ (NaN or infinity would poison every energy total)."""
+    shape_error = ConfigError(
+        f"{source}: key 'adc_pj_by_bits' must map ADC bits (int) to pJ per conversion "
+        f"(number), got {value!r}"[:300]
+    )
     items = value.items() if isinstance(value, Mapping) else value
     try:
-        table = tuple(sorted((int(b), float(e)) for b, e in items))
+        pairs = [(b, e) for b, e in items]
     except (TypeError, ValueError):
-        raise ConfigError(
-            f"{source}: key 'adc_pj_by_bits' must map ADC bits (int) to pJ per conversion "
-            f"(number), got {value!r}"
-        ) from None
-    if not table or any(b < 1 or e < 0 for b, e in table):
-        raise ConfigError(
-            f"{source}: key 'adc_pj_by_bits' needs at least one entry, bits >= 1 and pJ >= 0"
-        )
-    return table
+        raise shape_error from None
+    table = []
+    for b, e in pairs:
+        if isinstance(b, str) and b.strip().isdigit():
+            b = int(b)  # JSON keys are strings (hw_json of a stored trial)
+        numeric = isinstance(e, (int, float)) and not isinstance(e, bool)
+        if isinstance(b, bool) or not isinstance(b, int) or not numeric:
+            raise shape_error
+        if not 1 <= b <= MAX_INT_BITS or not (math.isfinite(e) and 0 <= e <= MAX_ENERGY_PJ):
+            raise ConfigError(
+                f"{source}: key 'adc_pj_by_bits' entry {b}: {e} is out of range; allowed bits "
+                f"1 .. {MAX_INT_BITS} and pJ 0 .. {MAX_ENERGY_PJ:g} (finite)"
+            )
+        table.append((b, float(e)))
+    if not table:
+        raise ConfigError(f"{source}: key 'adc_pj_by_bits' needs at least one entry")
+    return tuple(sorted(table))
 
 
 def _build(data: dict[str, Any], source: str) -> HardwareConfig:
@@ -456,14 +472,9 @@ def _resolve(path_or_preset: str | Path) -> Path | None:
 
 
 def _read_yaml(path: Path, source: str) -> dict[str, Any]:
-    import yaml
+    from fusiontune.fileio import parse_yaml, read_text
 
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}: not valid YAML{where}") from exc
+    data = parse_yaml(read_text(path, ConfigError, "hardware file"), source, ConfigError)
     if data is None:
         return {}
     if not isinstance(data, dict):

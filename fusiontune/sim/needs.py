@@ -9,6 +9,8 @@ Notation: a tensor of shape ``(N, C, S0, S1, ...)`` has ``rows = S0`` and a *row
 is the effective window height (kernel ``K0``, dilation ``d0``) of a Conv or pooling op.
 Only tensors produced *inside* the group need buffering; tensors read from DRAM are staged
 by the DMA as in the unfused plan and are not counted.
+The per-op facts (window height, held elements, delay, matrix shape) come from the op
+registry (``fusiontune/ops``); this module combines them over a group.
 
 Buffer elements (summed):
 
@@ -18,7 +20,7 @@ Buffer elements (summed):
   accumulator of ``N * C`` elements. Point-wise consumers (1x1 convs, FCs, element-wise ops)
   pass elements straight through and need none.
 - **held tensors** of STATS ops whose input is produced inside the group (two-pass groups,
-  rule 3): BatchNormalization in training mode holds its whole input (statistics over N and
+  rule 3): a batch norm in training mode holds its whole input (statistics over N and
   the spatial axes of every channel); Instance/GroupNormalization hold one sample
   (``prod(shape[1:])``); LayerNormalization, Softmax, LogSoftmax and LpNormalization hold one
   slice ``prod(shape[axis:])``; Reduce* ops keep an accumulator of their output's size.
@@ -46,16 +48,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fusiontune.ops import registry
+
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
     from fusiontune.planner.plan import Group
-
-SPATIAL_POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
-GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
-SAMPLE_STATS = frozenset({"InstanceNormalization", "GroupNormalization"})
-SLICE_STATS = frozenset({"LayerNormalization", "Softmax", "LogSoftmax", "LpNormalization"})
-# ONNX default axes: LayerNormalization -1, Softmax/LogSoftmax -1 (opset 13), LpNormalization -1
-DEFAULT_STATS_AXIS = -1
 
 
 @dataclass(frozen=True)
@@ -104,28 +101,13 @@ class GroupNeeds:
         return self.line_buffer_elems + self.held_elems + self.skip_elems
 
 
-def _kernel(graph: Graph, op: Op) -> tuple[int, ...]:
-    kernel = op.attr("kernel_shape")
-    if not kernel and op.op_type == "Conv":  # ONNX: inferred from the weight when omitted
-        kernel = graph.tensors[op.inputs[1]].shape[2:]
-    return tuple(int(k) for k in kernel or ())
-
-
 def window_rows(graph: Graph, op: Op) -> int:
     """Effective window height ``k0`` of a Conv or spatial pool (1 for other ops)."""
-    if op.op_type not in SPATIAL_POOLS and op.op_type != "Conv":
-        return 1
-    kernel = _kernel(graph, op)
-    if not kernel:
-        return 1
-    dil = op.attr("dilations") or (1,) * len(kernel)
-    return int(dil[0]) * (kernel[0] - 1) + 1
+    return registry.window_rows(graph, op)
 
 
 def _is_window(graph: Graph, op: Op) -> bool:
-    if op.op_type not in SPATIAL_POOLS and op.op_type != "Conv":
-        return False
-    return any(k > 1 for k in _kernel(graph, op))
+    return registry.is_window(graph, op)
 
 
 def _rows(shape: tuple[int, ...]) -> int:
@@ -138,40 +120,12 @@ def _row_elems(shape: tuple[int, ...]) -> int:
 
 def linear_matrix(graph: Graph, op: Op) -> WeightMatrix:
     """The weight matrix of one LINEAR op (module docstring formulas)."""
-    w = graph.tensors[op.inputs[1]].shape
-    out = graph.tensors[op.outputs[0]].shape
-    if op.op_type == "Conv":
-        g = int(op.attr("group", 1))
-        rows, cols, count = math.prod(w[1:]), w[0] // g, g
-        vectors = out[0] * math.prod(out[2:])
-        out_rows = _rows(out)
-    elif op.op_type == "Gemm":
-        trans_b = int(op.attr("transB", 0))
-        rows, cols = (w[1], w[0]) if trans_b else (w[0], w[1])
-        count, vectors = 1, math.prod(out) // cols
-        out_rows = vectors
-    else:  # MatMul with a constant weight (..., K, N)
-        if len(w) == 1:
-            rows, cols = w[0], 1
-        else:
-            rows, cols = w[-2], w[-1]
-        count = math.prod(w[:-2]) if len(w) > 2 else 1
-        vectors = math.prod(out) // cols // count
-        out_rows = vectors
+    rows, cols, count, vectors, out_rows = registry.matrix_shape(graph, op)
     return WeightMatrix((op.name,), rows, cols, count, vectors, out_rows, window_rows(graph, op))
 
 
 def _held_elems(graph: Graph, op: Op) -> int:
-    shape = graph.tensors[op.inputs[0]].shape
-    if op.op_type == "BatchNormalization":
-        return math.prod(shape)
-    if op.op_type in SAMPLE_STATS:
-        return math.prod(shape[1:])
-    if op.op_type in SLICE_STATS:
-        axis = int(op.attr("axis", DEFAULT_STATS_AXIS))
-        axis = axis + len(shape) if axis < 0 else axis
-        return math.prod(shape[axis:])
-    return math.prod(graph.tensors[op.outputs[0]].shape)  # Reduce*: an accumulator
+    return registry.held_elems(graph, op)
 
 
 def group_needs(graph: Graph, group: Group) -> GroupNeeds:
@@ -200,6 +154,52 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
         matrices=matrices,
         folded_ops=frozenset(names[i] for i in model.folded_ops(members)),
     )
+
+
+@dataclass(frozen=True)
+class LineBuffer:
+    """One line buffer of a group: the rows of an in-group tensor a window keeps on chip.
+
+    Attributes:
+        tensor: the buffered tensor (produced inside the group).
+        consumer: the in-group op whose window sets the size (the largest one).
+        rows: rows held (``min(k0, S0)``); 0 for a global pool's ``N * C`` accumulator.
+        elems: activation elements held.
+    """
+
+    tensor: str
+    consumer: str
+    rows: int
+    elems: int
+
+
+def line_buffers(graph: Graph, group: Group) -> tuple[LineBuffer, ...]:
+    """The group's line buffers, one per buffered tensor (module docstring, "line buffers").
+
+    Their elements add up to :func:`group_needs`' ``line_buffer_elems`` (the group model's
+    total; ``tests/test_export.py`` checks it): this is the per-tensor breakdown a schedule
+    lists.
+    """
+    inside = set(group.ops)
+    best: dict[str, LineBuffer] = {}
+    for op in graph.subgraph_ops(group.ops):
+        window, pool = _is_window(graph, op), registry.is_global_pool(op)
+        if not (window or pool):
+            continue
+        acts = graph.activation_inputs(op)
+        for t in acts:
+            if graph.producer_map.get(t) not in inside:
+                continue
+            shape = graph.tensors[t].shape
+            if window:
+                rows = min(window_rows(graph, op), _rows(shape))
+                need = LineBuffer(t, op.name, rows, rows * _row_elems(shape))
+            else:
+                first = graph.tensors[acts[0]].shape
+                need = LineBuffer(t, op.name, 0, first[0] * first[1])
+            if t not in best or need.elems > best[t].elems:
+                best[t] = need
+    return tuple(best.values())
 
 
 def graph_names(graph: Graph) -> tuple[str, ...]:

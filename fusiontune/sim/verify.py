@@ -16,23 +16,30 @@ Default tolerances:
 
 The traffic self-check compares the bytes counted at the instrumented store with
 ``simulate(...)``'s analytic activation traffic; they must be equal (DESIGN §6).
+
+Ops without a fused kernel of their own (``SAME_AS_REFERENCE`` in the op registry) run the
+reference kernel in both runs: for them the comparison checks the plan's data movement
+(bands, halos, group boundaries), not a second implementation. The report lists them
+(:attr:`VerifyReport.self_compared_ops`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Plan
 from fusiontune.sim.execute import Execution, execute
+from fusiontune.sim.hardware import HardwareConfig
 
 FLOAT_RTOL_DEFAULT = 1e-4  # float32 fused vs reference, relative to max|reference|
 CIM_RTOL_DEFAULT = 5e-2  # CIM numerics: 8-bit quantization gives ~1e-2
 ATOL_DEFAULT = 1e-6  # absolute floor for outputs that are (close to) all zero
 REFERENCE_CACHE_MAX = 8  # (graph, seed) reference runs kept: verifying many plans of a graph
+SELF_COMPARED_SHOWN = 6  # op types named in the summary's self-compared line
 
 _REFERENCE: dict[tuple[str, int], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
 
@@ -84,6 +91,7 @@ class VerifyReport:
         analytic_act_bytes: ``simulate(...)``'s activation bytes.
         traffic_ok: the two byte counts are equal.
         execution: the :class:`Execution` (outputs and per-group bytes).
+        self_compared_types: ``(op type, count)`` of the self-compared ops, most first.
     """
 
     graph: str
@@ -96,6 +104,7 @@ class VerifyReport:
     analytic_act_bytes: int
     traffic_ok: bool
     execution: Execution
+    self_compared_types: tuple[tuple[str, int], ...] = ()
 
     @property
     def outputs_ok(self) -> bool:
@@ -109,6 +118,23 @@ class VerifyReport:
     @property
     def max_rel_err(self) -> float:
         return max((e.max_rel_err for e in self.errors), default=0.0)
+
+    @property
+    def self_compared_ops(self) -> tuple[str, ...]:
+        """Ops that ran on their reference kernel: compared only with themselves."""
+        return self.execution.reference_kernel_ops
+
+    @property
+    def self_compared_line(self) -> str:
+        """The self-compared ops in one line, counted by op type."""
+        n = len(self.self_compared_ops)
+        if not n:
+            return "self-compared: none (every op ran a fused kernel or folded weights)"
+        shown = self.self_compared_types[:SELF_COMPARED_SHOWN]
+        listed = ", ".join(f"{t} x{k}" for t, k in shown)
+        rest = len(self.self_compared_types) - len(shown)
+        more = f", {rest} more types" if rest else ""
+        return f"self-compared: {n} op(s) ran their reference kernel in both runs ({listed}{more})"
 
     def summary(self) -> str:
         """One line per output and one for traffic, for the CLI."""
@@ -125,6 +151,7 @@ class VerifyReport:
             f"  activation traffic: counted {self.counted_act_bytes} B, analytic "
             f"{self.analytic_act_bytes} B {'equal' if self.traffic_ok else 'DIFFER'}"
         )
+        lines.append(f"  {self.self_compared_line}")
         return "\n".join(lines)
 
 
@@ -145,7 +172,7 @@ def output_error(
     return OutputError(name, max_abs, rel, bool(max_abs <= atol + rtol * peak))
 
 
-def analytic_act_bytes(graph: Graph, plan: Plan, hw: Any = None) -> int:
+def analytic_act_bytes(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> int:
     """Activation bytes (reads + writes) of ``plan`` from the analytic cost model."""
     from fusiontune.sim.cost import simulate
 
@@ -156,7 +183,7 @@ def analytic_act_bytes(graph: Graph, plan: Plan, hw: Any = None) -> int:
 def verify(
     graph: Graph,
     plan: Plan,
-    hw: Any = None,
+    hw: HardwareConfig | None = None,
     numerics: str = "float",
     seed: int = 0,
     rtol: float | None = None,
@@ -180,6 +207,9 @@ def verify(
         rtol = CIM_RTOL_DEFAULT if numerics == "cim" else FLOAT_RTOL_DEFAULT
     if atol is None:
         atol = ATOL_DEFAULT
+    from fusiontune.limits import check_graph
+
+    check_graph(graph, "verifying it (the reference run and the execution)")
     inputs, want = _reference(graph, seed)
     run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check)
     errors = tuple(output_error(t, run.outputs[t], want[t], rtol, atol) for t in graph.outputs)
@@ -195,4 +225,7 @@ def verify(
         analytic_act_bytes=analytic,
         traffic_ok=run.act_traffic_bytes == analytic,
         execution=run,
+        self_compared_types=tuple(
+            Counter(graph.op(n).op_type for n in run.reference_kernel_ops).most_common()
+        ),
     )

@@ -1,0 +1,81 @@
+"""The op registry: one :class:`OpDef` per ONNX op type, the only place op knowledge lives.
+
+Families: ``pointwise`` (activations, arithmetic, comparisons), ``window`` (pools and the
+window geometry of Conv and pools), ``linear`` (Conv, Gemm, MatMul and their crossbar
+weights), ``norm`` (normalizations, softmax, reductions), ``layout`` (reshapes and
+transposes), ``misc`` (OPAQUE ops with shapes and a reference kernel). ``base`` holds the
+:class:`OpDef` record and shared helpers; ``registry`` fills :data:`REGISTRY` and answers
+questions about an op. An op type that is not registered is OPAQUE (:data:`DEFAULT`).
+"""
+
+from fusiontune.ops.base import (
+    DEFAULT,
+    DTYPE,
+    REGISTRY,
+    SAME_AS_REFERENCE,
+    Affine,
+    AffineKind,
+    Kernel,
+    OpDef,
+    OperandMove,
+    attr,
+    def_of,
+    op_def,
+)
+from fusiontune.ops.registry import (
+    KNOWN_OP_TYPES,
+    affine_coeffs,
+    affine_kind,
+    classify,
+    delay_rows,
+    element_ops,
+    has_fused_kernel,
+    held_elems,
+    infer_op_shapes,
+    is_fc_like,
+    is_global_pool,
+    is_linear_map,
+    is_window,
+    kernel_shape,
+    matrix_shape,
+    op_types,
+    run_fused,
+    run_reference,
+    uses_batch_stats,
+    window_rows,
+)
+
+__all__ = [
+    "DEFAULT",
+    "DTYPE",
+    "KNOWN_OP_TYPES",
+    "REGISTRY",
+    "SAME_AS_REFERENCE",
+    "Affine",
+    "AffineKind",
+    "Kernel",
+    "OpDef",
+    "OperandMove",
+    "affine_coeffs",
+    "affine_kind",
+    "attr",
+    "classify",
+    "def_of",
+    "delay_rows",
+    "element_ops",
+    "has_fused_kernel",
+    "held_elems",
+    "infer_op_shapes",
+    "is_fc_like",
+    "is_global_pool",
+    "is_linear_map",
+    "is_window",
+    "kernel_shape",
+    "matrix_shape",
+    "op_def",
+    "op_types",
+    "run_fused",
+    "run_reference",
+    "uses_batch_stats",
+    "window_rows",
+]

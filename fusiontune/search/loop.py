@@ -1,0 +1,157 @@
+"""The search loop: Optuna ask -> repair -> evaluate (backend) -> tell (DESIGN §8).
+
+A (plan, hardware) pair already evaluated is answered from a cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.errors import ConfigError
+from fusiontune.search.backends import Backend, EvalOutcome, EvalTask
+from fusiontune.search.problem import hw_json
+from fusiontune.search.storage import RECORD_ATTR, StudyStore, TrialRecord
+
+if TYPE_CHECKING:
+    import optuna
+
+    from fusiontune.planner.plan import Plan
+    from fusiontune.search.problem import Problem
+    from fusiontune.sim.hardware import HardwareConfig
+
+
+def run_trials(
+    store: StudyStore,
+    problem: Problem,
+    backend: Backend,
+    n_trials: int,
+    on_record: Callable[[TrialRecord], None] | None = None,
+) -> list[TrialRecord]:
+    """Run ``n_trials`` more trials: ask a batch, submit it, tell results as they stream in.
+
+    Returns the records of the new trials in the order they were told.
+    """
+    study = store.memory
+    offset = store.number_offset
+    cache: dict[tuple[str, str], TrialRecord] = {
+        (r.plan_hash, r.hw_hash): r for r in store.records() if r.state == "COMPLETE"
+    }
+    # key -> trials waiting for that evaluation (the first one was submitted)
+    waiting: dict[tuple[str, str], list[tuple[optuna.trial.Trial, Plan, HardwareConfig]]] = {}
+    by_trial: dict[int, tuple[str, str]] = {}
+    told: list[TrialRecord] = []
+
+    def finish(trial: optuna.trial.Trial, record: TrialRecord) -> None:
+        record = dataclasses.replace(record, params=dict(trial.params))
+        _tell(study, trial, record)
+        store.add(record)
+        told.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    asked = 0
+    try:
+        while len(told) < n_trials:
+            if getattr(study.sampler, "exhausted", False):  # bruteforce walked its whole grid
+                n_trials = asked
+            while asked < n_trials and backend.has_room():
+                batch: list[EvalTask] = []
+                while len(batch) < backend.plans_per_task and asked < n_trials:
+                    trial = study.ask()
+                    asked += 1
+                    number = trial.number + offset
+                    try:
+                        plan, hw = problem.decode(trial)
+                    except ConfigError:
+                        raise
+                    except Exception as exc:  # repair or hardware rejected the assignment
+                        error = f"{type(exc).__name__}: {exc}"
+                        finish(trial, TrialRecord(number, "FAIL", error=error))
+                        continue
+                    key = (plan.hash, hw.hash)
+                    if key in cache:
+                        finish(trial, _duplicate(cache[key], number))
+                    elif key in waiting:
+                        waiting[key].append((trial, plan, hw))
+                    else:
+                        waiting[key] = [(trial, plan, hw)]
+                        by_trial[number] = key
+                        batch.append(EvalTask(number, plan, hw))
+                if batch:
+                    backend.submit(batch)
+            outcomes = backend.wait()
+            if not outcomes and asked >= n_trials and not waiting:
+                break
+            for outcome in outcomes:
+                key = by_trial.pop(outcome.trial)
+                (trial, plan, hw), *dupes = waiting.pop(key)
+                record = make_record(problem, outcome.trial, plan, hw, outcome)
+                if record.state == "COMPLETE":
+                    cache[key] = record
+                finish(trial, record)
+                for dupe, _, _ in dupes:
+                    finish(dupe, _duplicate(record, dupe.number + offset))
+    finally:
+        store.flush()
+    return told
+
+
+def make_record(
+    problem: Problem, number: int, plan: Plan, hw: HardwareConfig, outcome: EvalOutcome
+) -> TrialRecord:
+    base: dict[str, Any] = {
+        "trial": number,
+        "plan_json": plan.to_json(),
+        "plan_hash": plan.hash,
+        "hw_json": hw_json(hw),
+        "hw_hash": hw.hash,
+        "eval_s": outcome.eval_s,
+        "worker": outcome.worker,
+    }
+    if outcome.failed:
+        return TrialRecord(state="FAIL", error=outcome.error, **base)
+    values = problem.values(outcome.metrics)
+    if not all(math.isfinite(v) for v in values):
+        return TrialRecord(state="FAIL", error=f"objective not finite: {values}", **base)
+    return TrialRecord(
+        state="COMPLETE",
+        metrics=dict(outcome.metrics),
+        feasible=outcome.feasible,
+        violations=outcome.violations,
+        constraints=problem.constraints(outcome),
+        values=values,
+        **base,
+    )
+
+
+def _duplicate(record: TrialRecord, number: int) -> TrialRecord:
+    original = record.trial if record.duplicate_of < 0 else record.duplicate_of
+    return dataclasses.replace(
+        record, trial=number, duplicate_of=original, eval_s=0.0, worker="cache", uid=""
+    )
+
+
+def _tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -> None:
+    from optuna.trial import TrialState
+
+    for key, value in record.constraints.items():
+        trial.set_constraint(key, value)
+    trial.set_user_attr(RECORD_ATTR, record.to_dict())
+    if record.state == "COMPLETE":
+        study.tell(trial, values=list(record.values))
+    else:
+        study.tell(trial, state=TrialState.FAIL)
+
+
+def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord | None:
+    """Best feasible completed record (lowest objective; for ``multi``: lowest traffic on the
+    Pareto front, which is the lowest traffic overall); infeasible ones only if none is feasible."""
+    done = [r for r in records if r.state == "COMPLETE"]
+    if not done:
+        return None
+    feasible = [r for r in done if r.feasible and all(v <= 0 for v in r.constraints.values())]
+    pool = feasible or done
+    return min(pool, key=lambda r: (r.values, r.trial))

@@ -1,0 +1,261 @@
+"""Problem encoding: a search problem's decision variables and how a trial decodes into a plan.
+
+Decision variables of a trial:
+
+- ``fuse:<src>-><dst>`` in {0, 1} for each edge of ``candidate_edges(graph, cfg)``;
+- ``mode:<op>`` in {merge, stream} for each chain of ``merge_candidates(graph, cfg)``;
+- ``hw:<field>`` for each hardware knob of the search space.
+
+The assignment is repaired into a legal plan by ``plan_from_edges``; the repaired plan is what
+is evaluated and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.errors import ConfigError
+from fusiontune.search.space import OBJECTIVE_METRICS, Knob, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+
+    from fusiontune.ir.graph import Graph
+    from fusiontune.planner.candidates import PlannerConfig
+    from fusiontune.planner.plan import Plan
+    from fusiontune.search.backends import EvalOutcome
+    from fusiontune.sim.hardware import HardwareConfig
+
+BRUTEFORCE_MAX_POINTS = 65536
+"""Largest grid the bruteforce sampler accepts (2^16 points; beyond that use tpe/random)."""
+
+MODE_CHOICES = ("merge", "stream")
+"""Choices of a matrix chain (P3 merge or P4 stream)."""
+
+IDENTITY_KEYS = ("graph", "hardware", "space", "objective", "planner")
+"""What a study is (:meth:`Problem.identity`): a study resumed or joined with any of these
+different is refused."""
+
+CAPACITY_CONSTRAINT = "capacity"
+"""Constraint key: number of hardware-capacity violations (rule 7), feasible when 0."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A fixed search problem: the graph, its decision variables and the base hardware."""
+
+    graph: Graph
+    space: SearchSpace
+    config: PlannerConfig
+    base_hw: HardwareConfig
+    edges: tuple[tuple[str, str], ...]
+    merge_keys: tuple[str, ...]
+
+    @classmethod
+    def build(cls, graph: Graph, space: SearchSpace, base_hw: HardwareConfig) -> Problem:
+        from fusiontune.planner.candidates import (
+            PlannerConfig,
+            candidate_edges,
+            merge_candidates,
+        )
+
+        config = PlannerConfig(max_group_size=space.max_group_size)
+        edges = tuple(tuple(e) for e in candidate_edges(graph, config))
+        merges = tuple(merge_candidates(graph, config))
+        problem = cls(graph, space, config, base_hw, edges, merges)  # type: ignore[arg-type]
+        problem.check_sampler()
+        problem.check_knobs()
+        return problem
+
+    def identity(self) -> dict[str, str]:
+        """What a study of this problem is, stored with the study: for each of
+        :data:`IDENTITY_KEYS` a hash (compared on resume) and a ``<key>_text`` for messages."""
+        import dataclasses
+        import hashlib
+
+        graph = self.graph
+        inputs = ", ".join(
+            f"{n} {'x'.join(str(d) for d in graph.tensors[n].shape)}" for n in graph.inputs
+        )
+        short = graph.structural_hash[:16]
+        hw = self.base_hw
+        space = {k: v for k, v in self.space.to_dict().items() if k in ("knobs", "constraints")}
+        space_json = json.dumps(space, sort_keys=True, default=str)
+        space_hash = hashlib.sha256(space_json.encode()).hexdigest()[:16]
+        knobs = ", ".join(k.name for k in self.space.knobs) or "none"
+        caps = ", ".join(c.metric for c in self.space.constraints) or "none"
+        planner = {
+            k: sorted(v) if isinstance(v, (set, frozenset)) else v
+            for k, v in dataclasses.asdict(self.config).items()
+        }
+        planner_text = ", ".join(
+            f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in planner.items()
+        )
+        return {
+            "graph": graph.structural_hash,
+            "graph_text": f"model {graph.name} (inputs {inputs}; graph {short})",
+            "hardware": hw.hash,
+            "hardware_text": f"hardware {hw.name} ({hw.hash})",
+            "space": space_hash,
+            "space_text": f"knobs {knobs} and constraints {caps} (space {space_hash})",
+            "objective": self.space.objective,
+            "objective_text": f"objective {self.space.objective}",
+            "planner": json.dumps(planner, sort_keys=True, default=str),
+            "planner_text": f"planner config {planner_text}",
+        }
+
+    @property
+    def directions(self) -> list[Any]:
+        return ["minimize"] * self.space.n_objectives
+
+    def check_sampler(self) -> None:
+        """Refuse bruteforce on a grid too large to walk."""
+        if self.space.sampler != "bruteforce":
+            return
+        points = 2 ** len(self.edges) * 2 ** len(self.merge_keys)
+        for knob in self.space.knobs:
+            if knob.kind == "categorical":
+                points *= len(knob.choices)
+            elif knob.kind == "int" or knob.step is not None:
+                step = knob.step or 1.0
+                points *= int((knob.high - knob.low) // step) + 1  # type: ignore[operator]
+            else:
+                raise ConfigError(
+                    f"{self.space.source}: sampler bruteforce needs a step for float knob "
+                    f"'{knob.name}'"
+                )
+        if points > BRUTEFORCE_MAX_POINTS:
+            raise ConfigError(
+                f"{self.space.source}: sampler bruteforce would walk {points} points "
+                f"(more than {BRUTEFORCE_MAX_POINTS}); use tpe or random"
+            )
+
+    def check_knobs(self) -> None:
+        """Apply each knob's extreme values to the base hardware once: a range the hardware
+        refuses fails here, naming the search-space file, not in the middle of a search."""
+        for knob in self.space.knobs:
+            values = knob.choices if knob.kind == "categorical" else (knob.low, knob.high)
+            for value in values:
+                if knob.kind == "int":
+                    value = int(value)
+                try:
+                    self.base_hw.replace(**{knob.name: value})
+                except ConfigError as exc:
+                    reason = str(exc).removeprefix("overrides: ")
+                    raise ConfigError(
+                        f"{self.space.source}: knobs.{knob.name} = {value!r}: {reason}"
+                    ) from exc
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Optuna distribution of every decision variable (as :meth:`decode` suggests them)."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        out: dict[str, Any] = {edge_param(e): CategoricalDistribution((0, 1)) for e in self.edges}
+        for key in self.merge_keys:
+            out[f"mode:{key}"] = CategoricalDistribution(MODE_CHOICES)
+        for k in self.space.knobs:
+            if k.kind == "categorical":
+                out[k.param] = CategoricalDistribution(k.choices)
+            elif k.kind == "int":
+                assert k.low is not None and k.high is not None
+                out[k.param] = IntDistribution(
+                    int(k.low), int(k.high), log=k.log, step=int(k.step or 1)
+                )
+            else:
+                assert k.low is not None and k.high is not None
+                out[k.param] = FloatDistribution(k.low, k.high, log=k.log, step=k.step)
+        return out
+
+    def greedy_params(self) -> dict[str, Any]:
+        """Parameters that describe ``greedy_plan`` (the first trial of a new study)."""
+        from fusiontune.planner.baselines import greedy_plan
+
+        return self.plan_params(greedy_plan(self.graph, self.config))
+
+    def start_params(self) -> list[dict[str, Any]]:
+        """The trials a new study starts from: the greedy plan (maximal fusion, blind to the
+        hardware) and the TVM-like plan (small groups: feasible on a tight chip where greedy
+        overflows the buffer), so the search always has a good and a feasible incumbent."""
+        from fusiontune.planner.baselines import tvm_like_plan
+
+        starts = [self.greedy_params(), self.plan_params(tvm_like_plan(self.graph, self.config))]
+        return [p for i, p in enumerate(starts) if p not in starts[:i]]
+
+    def plan_params(self, plan: Plan) -> dict[str, Any]:
+        """Parameters that describe ``plan``: an edge is fused when both ends share a group, a
+        chain takes the mode of the group holding its first op."""
+        group_of = plan.group_of()
+        params: dict[str, Any] = {
+            edge_param(e): int(group_of[e[0]] == group_of[e[1]]) for e in self.edges
+        }
+        for key in self.merge_keys:
+            mode = plan.groups[group_of[key]].mode.value
+            params[f"mode:{key}"] = mode if mode in MODE_CHOICES else MODE_CHOICES[0]
+        return params
+
+    def decode(self, trial: optuna.trial.Trial) -> tuple[Plan, HardwareConfig]:
+        """Sample the trial's variables and repair them into a legal plan."""
+        from fusiontune.planner.baselines import plan_from_edges
+
+        fused = [e for e in self.edges if trial.suggest_categorical(edge_param(e), (0, 1)) == 1]
+        merges = {
+            k: str(trial.suggest_categorical(f"mode:{k}", MODE_CHOICES)) for k in self.merge_keys
+        }
+        knobs = {k.name: _suggest_knob(trial, k) for k in self.space.knobs}
+        hw = self.base_hw.replace(**knobs) if knobs else self.base_hw
+        plan = plan_from_edges(self.graph, fused, merges or None, self.config)
+        return plan, hw
+
+    def values(self, metrics: dict[str, Any]) -> tuple[float, ...]:
+        """Objective value(s) of a plan's metrics."""
+        names = OBJECTIVE_METRICS[self.space.objective]
+        if self.space.objective == "edp":
+            return (float(metrics[names[0]]) * float(metrics[names[1]]),)
+        return tuple(float(metrics[n]) for n in names)
+
+    def constraints(self, outcome: EvalOutcome) -> dict[str, float]:
+        """Constraint values (feasible when all <= 0): capacity, then the space's caps."""
+        out = {
+            CAPACITY_CONSTRAINT: 0.0 if outcome.feasible else float(max(1, len(outcome.violations)))
+        }
+        for cap in self.space.constraints:
+            if cap.metric not in outcome.metrics:
+                allowed = sorted(
+                    k for k, v in outcome.metrics.items() if isinstance(v, (int, float))
+                )
+                raise ConfigError(
+                    f"{self.space.source}: constraints.{cap.metric} is not a metric; "
+                    f"allowed: {', '.join(allowed)}"
+                )
+            value = float(outcome.metrics[cap.metric])
+            out[cap.metric] = (
+                value / cap.max_value - 1.0 if cap.max_value else value - cap.max_value
+            )
+        return out
+
+
+def edge_param(edge: tuple[str, str]) -> str:
+    """Optuna parameter name of a candidate fusion edge."""
+    return f"fuse:{edge[0]}->{edge[1]}"
+
+
+def hw_json(hw: HardwareConfig) -> str:
+    """Canonical JSON of a hardware configuration (stored with every row)."""
+    return json.dumps(hw.to_dict(), sort_keys=True, default=str)
+
+
+def _suggest_knob(trial: optuna.trial.Trial, knob: Knob) -> Any:
+    if knob.kind == "categorical":
+        return trial.suggest_categorical(knob.param, knob.choices)
+    assert knob.low is not None and knob.high is not None
+    if knob.kind == "int":
+        return trial.suggest_int(
+            knob.param, int(knob.low), int(knob.high), step=int(knob.step or 1), log=knob.log
+        )
+    return trial.suggest_float(knob.param, knob.low, knob.high, step=knob.step, log=knob.log)
