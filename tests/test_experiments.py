@@ -270,6 +270,55 @@ def test_scale_serial_passes_and_projection() -> None:
     assert any("64 x" in line for line in text)
 
 
+# ---- exp_sweep ----------------------------------------------------------------------------
+def test_sweep_analyses_a_cached_export_without_torch(tmp_path: Path) -> None:
+    """A corpus file stands in for a cached export: every analysis step runs in its child
+    process and the report names the OPAQUE ops (the FPN neck's ConvTranspose and Resize)."""
+    import csv
+    import shutil
+
+    sweep = _load("exp_sweep")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    cache.mkdir()
+    neck = Path(__file__).parent / "data" / "onnx_forms" / "fpn_neck.onnx"
+    shutil.copy(neck, cache / "tv_resnet18_fpn.torchscript.onnx")
+    args = ["--only", "^tv_resnet18_fpn$", "--exporters", "torchscript", "--no-export",
+            "--skip-models-cli", "--cache", str(cache), "--out", str(out)]  # fmt: skip
+    assert sweep.main(args) == 0
+    (row,) = list(csv.DictReader((out / "exp_sweep.csv").open()))
+    assert row["loaded"] == "True" and row["ops"] == "15" and row["opaque_ops"] == "2"
+    assert row["opaque_types"] == "ConvTranspose:1 Resize:1"
+    assert row["opaque_mac_ops"] == "1" and row["mac_ops"] == "9"
+    assert row["ort_ok"] == "True" and float(row["ort_rel_err"]) <= sweep.REL_TOL
+    assert row["verify_greedy_ok"] == "True" and row["verify_optimum_ok"] == "True"
+    assert row["optimum_status"] == "optimal"
+    assert int(float(row["optimum_bytes"])) <= int(row["greedy_bytes"]) <= int(row["unfused_bytes"])
+    assert float(row["cli_count_s"]) > 0 and float(row["cli_explain_s"]) > 0
+    assert row["failures"] == ""
+    ops = (out / "exp_sweep_ops.md").read_text()
+    assert "| ConvTranspose | 1 | 1 | true |" in ops and "| Resize | 1 | 1 | false |" in ops
+    # the second run reads the cached analysis instead of running the steps again
+    cached = cache / "tv_resnet18_fpn.torchscript.analysis.json"
+    stamp = cached.stat().st_mtime_ns
+    assert sweep.main([*args, "--cached-only"]) == 0
+    assert cached.stat().st_mtime_ns == stamp
+
+
+def test_sweep_failure_reasons_group_across_models() -> None:
+    sweep = _load("exp_sweep")
+    rows = [
+        {"model": "a", "exporter": "dynamo",
+         "failures": "ort: FusiontuneError: op 'n1': no kernel for op type 'IsNaN'"},
+        {"model": "b", "exporter": "dynamo",
+         "failures": "ort: FusiontuneError: op 'n7': no kernel for op type 'IsNaN' | count: "
+                     "timed out after 120 s"},
+    ]  # fmt: skip
+    groups = sweep.failure_groups(rows)
+    assert groups[0]["files"] == 2 and "'IsNaN'" in groups[0]["reason"]
+    assert groups[1] == {"stage": "count", "reason": "timed out after N s", "files": 1,
+                         "which": "b/dynamo"}  # fmt: skip
+
+
 # ---- exp_export ---------------------------------------------------------------------------
 def test_export_rows_on_a_merged_mlp(tmp_path: Path) -> None:
     """mlp_wide (256 -> 4096 -> 16): every plan merges it into one 256 x 16 Gemm."""
