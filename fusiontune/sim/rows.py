@@ -197,9 +197,9 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
 
 
 REDUCIBLE_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+"""Global pools the executor folds row by row (sum or max of rows)."""
 ACCUMULATING_POOLS = frozenset({"MaxPool", "AveragePool"})
 """Pools that fold non-overlapping rows into their output row (max or mean of rows)."""
-"""Global pools the executor folds row by row (sum or max of rows)."""
 
 
 def _used(graph: Graph, tensor: str) -> bool:
