@@ -309,3 +309,20 @@ def test_greedy_mode_policy_merges_only_when_weights_do_not_grow() -> None:
     assert greedy_plan(two_fc(64)).groups[0].mode is Mode.MERGE
     # 16*2 + 2*16 = 64 separate weights vs 256 merged: stream
     assert greedy_plan(two_fc(2)).groups[0].mode is Mode.STREAM
+
+
+def test_conv1x1_then_rank4_matmul_is_not_a_matrix_chain() -> None:
+    """Conv 1x1 maps channels (axis 1), a MatMul on NCHW maps W (axis 3): the sizes agree
+    (4 features, 16 rows each) but the maps act on different axes, so no merge (hypothesis
+    found the case; the executor refuses it too, the planner must not offer it)."""
+    b = GraphBuilder("conv_matmul", seed=0)
+    x = b.input("x", (1, 4, 4, 4))
+    b.output(b.matmul(b.conv(x, 4, 1, pad=0), 4, bias=False))
+    graph = b.build()
+    ops = [op.name for op in graph.ops]
+    refusals = check_group(graph, ops, "merge")
+    assert [r.name for r in refusals] == ["pattern"]
+    assert "rank-4" in refusals[0].message
+    assert not check_group(graph, ops, "stream")
+    with pytest.raises(IllegalPlanError, match="rank-4"):
+        check_plan(graph, Plan.of(graph, [Group(tuple(ops), Mode.MERGE)]))

@@ -295,6 +295,9 @@ def rule_merge_chain_shape(view: GroupView, mode: Mode) -> Refusal | None:
                 f"{view.describe(i)} is not FC-like (Gemm, MatMul with a 2-D constant "
                 "weight, or Conv 1x1 stride 1 without padding, group 1)",
             )
+        problem = _fc_axis_problem(view, i)
+        if problem:
+            return _pattern(view, problem)
     lin = view.linear
     for a, b in itertools.pairwise(lin):
         if not view.ix.desc[a] >> b & 1:
@@ -560,6 +563,27 @@ def _constant_divided(view: GroupView, i: int) -> bool:
 def _feature_axis(rank: int) -> int:
     """Feature axis of a tensor in an FC-like chain: channels for NCHW, else the last."""
     return CONV_CHANNEL_AXIS if rank == 4 else rank - 1
+
+
+def _fc_axis_problem(view: GroupView, i: int) -> str | None:
+    """Why FC-like op ``i`` works on another axis than a chain's features (None: it does not).
+
+    A chain carries its features on the channel axis of a rank-4 tensor and on the last axis
+    otherwise (:func:`_feature_axis`); a MatMul on a rank-4 tensor works on its last axis, so
+    merging it with a Conv 1x1 (which works on channels) would compose maps over different
+    axes.
+    """
+    op = view.op(i)
+    if op.op_type == "Conv":
+        return None
+    graph = view.ix.graph
+    rank = len(graph.tensor(graph.activation_inputs(op)[0]).shape)
+    if rank - 1 == _feature_axis(rank):
+        return None
+    return (
+        f"{view.describe(i)} works on the last axis of a rank-{rank} tensor, not on the "
+        f"channel axis a merge chain carries its features on"
+    )
 
 
 def _chain_link_problem(view: GroupView, i: int) -> str | None:

@@ -219,6 +219,12 @@ def _merge_chain(graph: Graph, group: Group, weights: bool = True) -> tuple[Node
             x_shape = graph.tensors[nxt.inputs[0]].shape
             rows_next = math.prod(x_shape) // p.weight.shape[0]
             rows_acc = math.prod(acc.out_shape) // acc.weight.shape[1]
+            if p.in_axis % len(x_shape) != axis:
+                raise IllegalPlanError(
+                    f"{where}: op '{nxt.name}' reads its features on axis "
+                    f"{p.in_axis % len(x_shape)}, the chain before it gives them on axis "
+                    f"{axis}: not a matrix chain"
+                )
             if p.weight.shape[0] != acc.weight.shape[1] or rows_next != rows_acc:
                 raise IllegalPlanError(
                     f"{where}: op '{nxt.name}' reads {p.weight.shape[0]} features per row, "
