@@ -377,12 +377,13 @@ class _GroupBody:
             self.graph.activation_inputs(node.epilogue[0])[0] if node.epilogue else node.outputs[0]
         )
         x = node.inputs[0]
-        if p.kind == "conv":
+        if p.kind in ("conv", "conv_transpose"):  # the source op's type, folded weights
             assert p.source_op is not None
             inputs = [x, self._new_const(f"{label}.weight", p.weight)]
             if p.bias is not None:
                 inputs.append(self._new_const(f"{label}.bias", p.bias))
-            self._node("Conv", inputs, [out], label, dict(p.source_op.attrs), p.source_op)
+            op_type = "Conv" if p.kind == "conv" else "ConvTranspose"
+            self._node(op_type, inputs, [out], label, dict(p.source_op.attrs), p.source_op)
             return
         self._emit_matrix(p, x, out, label)
 

@@ -41,6 +41,8 @@ Tensors = Mapping[str, "Tensor"]
 ShapeFn = Callable[["Op", Tensors, Shapes, int], Shapes]
 """``shape(op, tensors, input_shapes, n_outputs) -> output shapes`` (``None``: unknown)."""
 IsConstant = Callable[[str], bool]
+ValueOf = Callable[[str], "Array | None"]
+"""``value_of(name)``: the value of a constant tensor, ``None`` for an activation."""
 Classifier = Callable[["Op", IsConstant], OpClass]
 GraphOpFn = Callable[["Graph", "Op"], int]
 ExportFn = Callable[
@@ -93,6 +95,49 @@ class Affine:
 
 
 @dataclass(frozen=True)
+class RowSpans:
+    """The input rows (axis 2) each output row of an upsampling op reads.
+
+    Output row ``r`` reads input rows ``[first[r], end[r])`` (possibly none: a transposed
+    convolution's row of inserted zeros); both tuples are non-decreasing, so a band of output
+    rows ``[a, b)`` reads ``[first[a], end[b - 1])``.
+
+    Attributes:
+        first: per output row, its first input row.
+        end: per output row, one past its last input row.
+        height: rows of the input.
+    """
+
+    first: tuple[int, ...]
+    end: tuple[int, ...]
+    height: int
+
+    def rows(self, a: int, b: int) -> tuple[int, int]:
+        """Input rows ``[lo, hi)`` that output rows ``[a, b)`` read."""
+        return self.first[a], self.end[b - 1]
+
+    def low_after(self, b: int) -> int:
+        """The lowest input row still needed once output rows ``[0, b)`` exist."""
+        return self.first[b] if b < len(self.first) else self.height
+
+
+@dataclass(frozen=True)
+class RowBand:
+    """Where a band of an upsampling op lies: output rows ``[a, b)`` from the input rows
+    ``[lo, lo + rows)`` it is given (axis 2) of an input ``in_height`` rows tall."""
+
+    lo: int
+    a: int
+    b: int
+    in_height: int
+
+
+SpanKernel = Callable[["Op", Inputs, RowBand], Array]
+"""``span_kernel(op, inputs, band)``: output rows ``[band.a, band.b)``; ``inputs[0]`` holds only
+input rows from ``band.lo``, the other inputs (constants) are whole."""
+
+
+@dataclass(frozen=True)
 class OperandMove:
     """An operand that ONNX moved from an attribute to an input (onnx/docs/Changelog.md).
 
@@ -133,6 +178,13 @@ class OpDef:
             :data:`SAME_AS_REFERENCE`.
         band: ``band(op, x_rows, window) -> output rows`` for an op the executor runs by
             bands of NCHW rows with a halo (pooling); Conv bands go through its weights.
+        spans: ``spans(graph, op) -> RowSpans`` of an upsampling op (ConvTranspose, Resize):
+            which input rows each output row reads; the executor streams it by these spans.
+        span_kernel: the kernel that computes a band of such an op from its input rows
+            (:data:`SpanKernel`); ConvTranspose bands go through its weights.
+        unsupported: ``unsupported(op, value_of) -> reason or None``: attributes or constant
+            operands outside what the class rule's class supports; the op is then OPAQUE
+            and the reason is what ``explain`` says.
 
     Cost model and capacity (DESIGN §5 rule 7, §6):
         element_ops: ALU ops of the op outside the crossbars; ``None``: one per output element
@@ -171,6 +223,9 @@ class OpDef:
     reference: Kernel | None = None
     fused: Kernel | Literal[Marker.SAME_AS_REFERENCE] = SAME_AS_REFERENCE
     band: Callable[[Op, Array, Any], Array] | None = None  # Any: window.Window
+    spans: Callable[[Graph, Op], RowSpans] | None = None
+    span_kernel: SpanKernel | None = None
+    unsupported: Callable[[Op, ValueOf], str | None] | None = None
     element_ops: GraphOpFn | None = None
     kernel_shape: Callable[[Graph, Op], Shape] | None = None
     global_pool: bool = False

@@ -1,11 +1,14 @@
 """LINEAR ops (Conv, Gemm, MatMul with a constant weight) and their weights on crossbars.
 
 - Reference kernels: Conv as im2col over a sliding-window view and one batched matmul;
-  ConvTranspose as a stride-1 convolution of the zero-upsampled input (OPAQUE: it is not
-  mapped to crossbars); Gemm and MatMul as numpy products.
+  ConvTranspose as a stride-1 convolution of the whole zero-upsampled input; Gemm and MatMul
+  as numpy products.
 - Fused kernels: :func:`conv_nd` (im2col + matmul, or kernel-offset accumulation for
   depthwise convolutions) on an explicit :class:`~fusiontune.ops.window.Window`, so that a
-  fused group can run it on a band of rows; ``matmul`` is pluggable (CIM numerics).
+  fused group can run it on a band of rows; :func:`conv_transpose_rows` builds the band of
+  the zero-upsampled input a band of ConvTranspose output rows reads (its
+  :class:`~fusiontune.ops.base.RowSpans`) and runs :func:`conv_nd` on it; ``matmul`` is
+  pluggable (CIM numerics).
 - :class:`LinearParams` is a LINEAR op as weights the executor folds AFFINE ops into
   (DESIGN §5 rule 5) and merges (P3); :func:`linear_params` builds it, :func:`apply_matrix`
   runs a matrix.
@@ -18,7 +21,7 @@ Everything runs in float32; folded or merged weights are computed in float64 and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -30,6 +33,8 @@ from fusiontune.ops.base import (
     Array,
     Inputs,
     OpDef,
+    RowBand,
+    RowSpans,
     Shape,
     Shapes,
     Tensors,
@@ -89,45 +94,219 @@ def _conv_core(xp: Array, w: Array, b: Array | None, group: int, win: Window) ->
     return np.ascontiguousarray(y)
 
 
-def _conv_transpose(op: Op, inputs: Inputs) -> list[Array]:
-    """ConvTranspose as a stride-1 convolution of the zero-upsampled input.
+# ---- ConvTranspose ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Deconv:
+    """Resolved ConvTranspose geometry: the op as a stride-1 convolution of its input with
+    ``strides - 1`` zeros inserted between samples, padded by ``begin``/``end`` (negative
+    amounts crop), with the spatially flipped kernel whose channels are swapped per group.
 
-    The input is upsampled by ``strides`` (zeros between samples), padded by
-    ``eff - 1 - pads`` on each side (+ ``output_padding`` at the end; negative amounts crop)
-    and convolved with the spatially flipped kernel whose in/out channels are swapped per
-    group. ``auto_pad`` and ``output_shape`` are not supported.
+    ``begin = eff - 1 - pads_begin`` and ``end = eff - 1 - pads_end + output_padding`` per
+    axis, ``eff`` the dilated kernel extent; ``out_spatial`` follows from them.
     """
-    x, w, b = inputs[0], inputs[1], arg(inputs, 2)
-    assert x is not None and w is not None
-    if attr_s(op, "auto_pad") not in ("NOTSET", "") or op.attr("output_shape") is not None:
-        raise FusiontuneError(
-            f"op '{op.name}' (ConvTranspose): auto_pad and output_shape are not supported; "
-            "give explicit pads (and output_padding)"
-        )
-    nd, group = x.ndim - 2, attr_i(op, "group")
-    kernel = tuple(w.shape[2:])
+
+    kernel: Shape
+    strides: Shape
+    dilations: Shape
+    begin: Shape
+    end: Shape
+    in_spatial: Shape
+    out_spatial: Shape
+
+    @property
+    def effective(self) -> Shape:
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, self.dilations))
+
+    def spans(self) -> RowSpans:
+        """Input rows each output row (axis 2) reads: ``i`` with ``i·s + begin`` in
+        ``[r, r + eff)``."""
+        s, b, e, h = self.strides[0], self.begin[0], self.effective[0], self.in_spatial[0]
+        first = tuple(min(max(-((b - r) // s), 0), h) for r in range(self.out_spatial[0]))
+        end = tuple(min(max((r + e - 1 - b) // s + 1, 0), h) for r in range(self.out_spatial[0]))
+        return RowSpans(first, end, h)
+
+
+def deconv_geometry(op: Op, in_spatial: Sequence[int], kernel: Sequence[int]) -> Deconv:
+    """Resolve a ConvTranspose's geometry (ONNX attributes; ``auto_pad`` as onnxruntime:
+    SAME_* gives ``in * stride`` outputs, SAME_UPPER puts the odd padding row last).
+
+    Raises:
+        FusiontuneError: an ``output_shape`` attribute (not supported: give ``pads`` and
+            ``output_padding``) or an unknown ``auto_pad``.
+    """
+    reason = _conv_transpose_unsupported(op)
+    if reason is not None:
+        raise FusiontuneError(f"op '{op.name}' (ConvTranspose): {reason}")
+    nd = len(in_spatial)
+    kernel = tuple(int(k) for k in kernel)
     strides = tuple(int(v) for v in op.attr("strides", (1,) * nd))
     dilations = tuple(int(v) for v in op.attr("dilations", (1,) * nd))
-    pads = tuple(int(v) for v in op.attr("pads", (0,) * (2 * nd)))
     out_pad = tuple(int(v) for v in op.attr("output_padding", (0,) * nd))
-    up_shape = [(i - 1) * s + 1 for i, s in zip(x.shape[2:], strides)]
-    up = np.zeros((*x.shape[:2], *up_shape), dtype=x.dtype)
-    every_stride = (slice(None), slice(None), *(slice(None, None, s) for s in strides))
-    up[every_stride] = x
+    if not len(strides) == len(dilations) == len(out_pad) == len(kernel) == nd:
+        raise ShapeError(
+            f"op '{op.name}' (ConvTranspose): kernel/strides/dilations/output_padding must "
+            f"have {nd} entries"
+        )
     eff = [d * (k - 1) + 1 for k, d in zip(kernel, dilations)]
-    begin = [e - 1 - p for e, p in zip(eff, pads[:nd])]
-    end = [e - 1 - p + o for e, p, o in zip(eff, pads[nd:], out_pad)]
+    auto_pad = attr_s(op, "auto_pad")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        total = [
+            max(0, (i - 1) * s + o + e - i * s)
+            for i, s, o, e in zip(in_spatial, strides, out_pad, eff)
+        ]
+        more, less = [t - t // 2 for t in total], [t // 2 for t in total]
+        head, tail = (less, more) if auto_pad == "SAME_UPPER" else (more, less)
+    elif auto_pad == "VALID":
+        head = tail = [0] * nd
+    else:
+        pads = tuple(int(v) for v in op.attr("pads", (0,) * (2 * nd)))
+        if len(pads) != 2 * nd:
+            raise ShapeError(f"op '{op.name}' (ConvTranspose): pads must have {2 * nd} entries")
+        head, tail = list(pads[:nd]), list(pads[nd:])
+    begin = tuple(e - 1 - p for e, p in zip(eff, head))
+    end = tuple(e - 1 - p + o for e, p, o in zip(eff, tail, out_pad))
+    out = tuple(
+        (i - 1) * s + 1 + b + z - e + 1
+        for i, s, b, z, e in zip(in_spatial, strides, begin, end, eff)
+    )
+    if any(o <= 0 for o in out):
+        raise ShapeError(f"op '{op.name}' (ConvTranspose): output spatial size {out} is empty")
+    return Deconv(kernel, strides, dilations, begin, end, tuple(int(i) for i in in_spatial), out)
+
+
+_AUTO_PADS = ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _conv_transpose_unsupported(op: Op, value_of: object = None) -> str | None:
+    """What of a ConvTranspose fusiontune does not model (it then stays OPAQUE)."""
+    if op.attr("output_shape") is not None:
+        return "the output_shape attribute is not supported (give pads and output_padding)"
+    if attr_s(op, "auto_pad") not in _AUTO_PADS:
+        return f"auto_pad '{attr_s(op, 'auto_pad')}' is not one of {', '.join(_AUTO_PADS[2:])}"
+    return None
+
+
+def deconv_weight(w: Array, group: int) -> Array:
+    """The convolution weight ``(C_out, C_in/group, *k)`` equivalent to a ConvTranspose
+    weight ``(C_in, C_out/group, *k)``: channels swapped per group, kernel flipped."""
+    c, mg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    wt = w.reshape(group, c // group, mg, *kernel).swapaxes(1, 2)
+    wt = np.flip(wt, axis=tuple(range(3, 3 + len(kernel))))
+    return np.ascontiguousarray(wt.reshape(group * mg, c // group, *kernel))
+
+
+def _conv_transpose(op: Op, inputs: Inputs) -> list[Array]:
+    """Reference: zero-upsample the whole input, pad (or crop), convolve (im2col)."""
+    x, w, b = inputs[0], inputs[1], arg(inputs, 2)
+    assert x is not None and w is not None
+    nd, group = x.ndim - 2, attr_i(op, "group")
+    geo = deconv_geometry(op, x.shape[2:], w.shape[2:])
+    up_shape = [(i - 1) * s + 1 for i, s in zip(x.shape[2:], geo.strides)]
+    up = np.zeros((*x.shape[:2], *up_shape), dtype=x.dtype)
+    every_stride = (slice(None), slice(None), *(slice(None, None, s) for s in geo.strides))
+    up[every_stride] = x
+    begin, end = geo.begin, geo.end
     xp = np.pad(up, [(0, 0), (0, 0), *((max(a, 0), max(z, 0)) for a, z in zip(begin, end))])
     crop = [slice(-min(a, 0), size + min(z, 0)) for size, a, z in zip(xp.shape[2:], begin, end)]
-    keep = (slice(None), slice(None), *crop)  # negative amounts crop
-    xp = xp[keep]
-    c, mg = w.shape[:2]
-    wt = w.reshape(group, c // group, mg, *kernel).swapaxes(1, 2)
-    wt = np.flip(wt, axis=tuple(range(3, 3 + nd))).reshape(group * mg, c // group, *kernel)
-    out_sp = tuple(size - e + 1 for size, e in zip(xp.shape[2:], eff))
+    xp = xp[tuple([slice(None), slice(None), *crop])]  # negative amounts crop
     zeros = (0,) * nd
-    win = Window(kernel, (1,) * nd, dilations, zeros, zeros, out_sp)
-    return [_conv_core(xp, np.ascontiguousarray(wt), b, group, win)]
+    win = Window(geo.kernel, (1,) * nd, geo.dilations, zeros, zeros, geo.out_spatial)
+    return [_conv_core(xp, deconv_weight(w, group), b, group, win)]
+
+
+def conv_transpose_rows(
+    x: Array,
+    weight: Array,
+    bias: Array | None,
+    group: int,
+    geo: Deconv,
+    band: RowBand,
+    matmul: MatmulFn = matmul_float,
+) -> Array:
+    """Output rows ``[band.a, band.b)`` (axis 2) of a ConvTranspose from its input rows
+    ``[band.lo, band.lo + x.shape[2])``.
+
+    The band of the zero-upsampled, padded input that these rows read is built row by row
+    (input row ``i`` lands on band row ``i·s + begin - a``; every other row is a zero), the
+    other spatial axes upsampled and padded whole; then :func:`conv_nd` with stride 1.
+
+    Args:
+        x: input rows ``(N, C_in, rows, *other spatial)``.
+        weight: the ONNX weight ``(C_in, C_out/group, *k)`` (folded or not).
+        bias: ``(C_out,)`` or ``None``.
+        group: ONNX ``group``.
+        geo: the op's :class:`Deconv` geometry.
+        band: where the rows lie.
+        matmul: the crossbar product.
+    """
+    nd = x.ndim - 2
+    eff = geo.effective
+    s0, b0 = geo.strides[0], geo.begin[0]
+    band_h = band.b - band.a + eff[0] - 1
+    others = [
+        ((i - 1) * s + 1, s, a, z)
+        for i, s, a, z in zip(x.shape[3:], geo.strides[1:], geo.begin[1:], geo.end[1:])
+    ]
+    width = [u + a + z for u, _, a, z in others]
+    rows = band.lo + np.arange(x.shape[2])
+    dest = rows * s0 + b0 - band.a
+    keep = (dest >= 0) & (dest < band_h)
+    up = np.zeros((*x.shape[:2], band_h, *width), dtype=DTYPE)
+    if keep.any():
+        src = x[:, :, keep]
+        # the other axes: samples every ``s`` from ``begin`` (cropped where begin < 0)
+        padded = tuple(u + max(a, 0) + max(z, 0) for u, _, a, z in others)
+        placed = np.zeros(src.shape[:3] + padded, dtype=DTYPE)
+        lead = (slice(None),) * 3
+        spots = tuple(slice(max(a, 0), max(a, 0) + u, s) for u, s, a, _ in others)
+        placed[lead + spots] = src
+        crop = tuple(slice(-min(a, 0), -min(a, 0) + w) for (_, _, a, _), w in zip(others, width))
+        up[:, :, dest[keep]] = placed[lead + crop]
+    zeros = (0,) * nd
+    out_sp = (band.b - band.a, *geo.out_spatial[1:])
+    win = Window(geo.kernel, (1,) * nd, geo.dilations, zeros, zeros, out_sp)
+    return conv_nd(up, deconv_weight(weight, group), bias, win, group, matmul)
+
+
+def _conv_transpose_fused(op: Op, inputs: Inputs) -> list[Array]:
+    """The executor's kernel on the whole tensor (one band of every row)."""
+    x, w = inputs[0], inputs[1]
+    assert x is not None and w is not None
+    geo = deconv_geometry(op, x.shape[2:], w.shape[2:])
+    band = RowBand(0, 0, geo.out_spatial[0], x.shape[2])
+    return [conv_transpose_rows(x, w, arg(inputs, 2), attr_i(op, "group"), geo, band)]
+
+
+def _conv_transpose_spans(graph: Graph, op: Op) -> RowSpans:
+    x = graph.tensors[op.inputs[0]].shape
+    return deconv_geometry(op, x[2:], conv_kernel_shape(graph, op)).spans()
+
+
+def _conv_transpose_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
+    x, w = ins[0], ins[1]
+    assert x is not None and w is not None
+    group = attr_i(op, "group")
+    if x[1] != w[0] or w[0] % group:
+        raise ShapeError(
+            f"op '{op.name}' (ConvTranspose): input has {x[1]} channels, weight {w} expects "
+            f"{w[0]} (a multiple of group {group})"
+        )
+    kernel = tuple(op.attr("kernel_shape", w[2:]))
+    if kernel != tuple(w[2:]):
+        raise ShapeError(
+            f"op '{op.name}' (ConvTranspose): kernel_shape {kernel} != weight shape {w[2:]}"
+        )
+    geo = deconv_geometry(op, x[2:], w[2:])
+    return [(x[0], w[1] * group, *geo.out_spatial)] + [None] * (n_out - 1)
+
+
+def _conv_transpose_matrix(graph: Graph, op: Op) -> Matrix:
+    """As the equivalent convolution: ``C_in/g * prod(K)`` x ``C_out/g``, ``g`` of them,
+    one product per output pixel (the inserted zeros are read like any input)."""
+    w = graph.tensors[op.inputs[1]].shape
+    out = graph.tensors[op.outputs[0]].shape
+    g = attr_i(op, "group")
+    return w[0] // g * math.prod(w[2:]), w[1], g, out[0] * math.prod(out[2:]), rows_of(out)
 
 
 def _gemm(op: Op, inputs: Inputs) -> list[Array]:
@@ -226,9 +405,11 @@ class LinearParams:
     """A LINEAR op (possibly with folded AFFINE ops, possibly merged) as weights.
 
     Attributes:
-        kind: ``"conv"`` (``weight`` is ``(C_out, C_in/group, *kernel)``, channel axis 1) or
-            ``"matrix"`` (``weight`` is ``(K, N)``; features of the input on ``in_axis``,
-            of the output on ``out_axis``, the rows are every other index).
+        kind: ``"conv"`` (``weight`` is ``(C_out, C_in/group, *kernel)``, channel axis 1),
+            ``"conv_transpose"`` (the ONNX ConvTranspose weight ``(C_in, C_out/group,
+            *kernel)``, channel axis 1) or ``"matrix"`` (``weight`` is ``(K, N)``; features
+            of the input on ``in_axis``, of the output on ``out_axis``, the rows are every
+            other index).
         weight: float32 weights.
         bias: float32 ``(C_out,)`` / ``(N,)``, or a full array for a Gemm bias ``(M, N)``, or None.
         group: conv group count.
@@ -249,6 +430,8 @@ class LinearParams:
 
     @property
     def out_channels(self) -> int:
+        if self.kind == "conv_transpose":
+            return int(self.weight.shape[1] * self.group)
         return int(self.weight.shape[0] if self.kind == "conv" else self.weight.shape[1])
 
     def fold(self, scale: Array, shift: Array) -> LinearParams:
@@ -256,6 +439,10 @@ class LinearParams:
         w = self.weight.astype(np.float64)
         if self.kind == "conv":
             w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        elif self.kind == "conv_transpose":  # output channel g * (C_out/g) + j is w[g-th, :, j]
+            c, mg, kernel = w.shape[0], w.shape[1], w.shape[2:]
+            per_group = scale.reshape(self.group, 1, mg, *((1,) * len(kernel)))
+            w = (w.reshape(self.group, c // self.group, mg, *kernel) * per_group).reshape(w.shape)
         else:
             w = w * scale.reshape(1, -1)
         b = np.zeros(self.out_channels) if self.bias is None else self.bias.astype(np.float64)
@@ -287,6 +474,12 @@ def linear_params(graph: Graph, op: Op, as_matrix: bool = False) -> LinearParams
     """
     consts = [graph.tensors[t].value if t else None for t in op.inputs]
     out_shape = graph.tensors[op.output].shape
+    if op.op_type == "ConvTranspose":
+        if as_matrix:
+            raise IllegalPlanError(f"op '{op.name}' (ConvTranspose): cannot be merged")
+        w = np.asarray(consts[1], dtype=DTYPE)
+        b = None if len(consts) < 3 or consts[2] is None else np.asarray(consts[2], DTYPE)
+        return LinearParams("conv_transpose", w, b, attr_i(op, "group"), 1, 1, out_shape, op)
     if op.op_type == "Conv":
         w = np.asarray(consts[1], dtype=DTYPE)
         b = None if len(consts) < 3 or consts[2] is None else np.asarray(consts[2], DTYPE)
@@ -480,5 +673,17 @@ OPS: tuple[OpDef, ...] = (
         matrix=_matmul_matrix,
         fc_like=lambda graph, op: len(graph.tensors[op.inputs[1]].shape) == 2,
     ),
-    OpDef("ConvTranspose", defaults=_CONV_DEFAULTS, reference=_conv_transpose),
+    OpDef(
+        "ConvTranspose",
+        linear_rule,
+        defaults=_CONV_DEFAULTS,
+        shape=_conv_transpose_shape,
+        lint_opaque=True,
+        reference=_conv_transpose,
+        fused=_conv_transpose_fused,
+        kernel_shape=conv_kernel_shape,
+        matrix=_conv_transpose_matrix,
+        spans=_conv_transpose_spans,
+        unsupported=_conv_transpose_unsupported,
+    ),
 )

@@ -27,7 +27,9 @@ from fusiontune.ops.base import (
     Array,
     IsConstant,
     OpDef,
+    RowSpans,
     Shape,
+    ValueOf,
     def_of,
     numel,
     rows_of,
@@ -56,9 +58,37 @@ KNOWN_OP_TYPES = frozenset(t for t, d in REGISTRY.items() if d.shape is not None
 
 
 # ---- class, shapes, kernels -----------------------------------------------------------------
-def classify(op: Op, is_constant: IsConstant) -> OpClass:
-    """The class of ``op`` (DESIGN §3); ``is_constant(name)`` tells constants apart."""
-    return def_of(op).classify(op, is_constant)
+def classify(op: Op, is_constant: IsConstant, value_of: ValueOf | None = None) -> OpClass:
+    """The class of ``op`` (DESIGN §3); ``is_constant(name)`` tells constants apart.
+
+    An op the class rule puts in a fusable class but whose attributes or constant operands
+    (``value_of``) lie outside what fusiontune supports there is OPAQUE
+    (:func:`unsupported_reason` says why).
+    """
+    d = def_of(op)
+    cls = d.classify(op, is_constant)
+    unsupported = d.unsupported
+    if cls is not OpClass.OPAQUE and unsupported and unsupported(op, value_of or _no_values):
+        return OpClass.OPAQUE
+    return cls
+
+
+def _no_values(name: str) -> Array | None:
+    return None
+
+
+def unsupported_reason(graph: Graph, op: Op) -> str | None:
+    """Why ``op`` is OPAQUE although its type has a fusable class (``None``: it is not)."""
+    d = def_of(op)
+    if d.unsupported is None or d.classify(op, graph.is_constant) is OpClass.OPAQUE:
+        return None
+    return d.unsupported(op, lambda name: graph.tensors[name].value if name else None)
+
+
+def row_spans(graph: Graph, op: Op) -> RowSpans | None:
+    """The :class:`RowSpans` of an upsampling op (ConvTranspose, Resize), else ``None``."""
+    fn = def_of(op).spans
+    return None if fn is None or op.op_class is OpClass.OPAQUE else fn(graph, op)
 
 
 def infer_op_shapes(op: Op, tensors: Mapping[str, Tensor]) -> list[Shape | None]:

@@ -300,7 +300,7 @@ def _fold_affine(graph: Graph, inside: set[str], node: Node, weights: bool = Tru
         nxt = _only_consumer(graph, inside, out)
         if nxt is None or nxt.op_class is not OpClass.AFFINE:
             break
-        axis = 1 if p.kind == "conv" else p.out_axis
+        axis = p.out_axis if p.kind == "matrix" else 1
         coeffs = _coeffs(graph, nxt, axis)
         if coeffs is None:
             break
@@ -388,7 +388,7 @@ _EPILOGUE_CLASSES = frozenset({OpClass.ELEMWISE, OpClass.AFFINE, OpClass.STATS})
 def _absorb_epilogue(graph: Graph, inside: set[str], node: Node) -> Node:
     """Take the unary row-wise ops that alone read a streaming node's output as its epilogue."""
     base = node_row_map(graph, node)
-    streaming = base.kind in (RowKind.POINT, RowKind.WINDOW)
+    streaming = base.kind in (RowKind.POINT, RowKind.WINDOW, RowKind.SPAN)
     if not streaming or len([t for t in node.outputs if t]) != 1:
         return replace(node, banded=False)
     out = node.outputs[0]

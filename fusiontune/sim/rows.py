@@ -17,6 +17,10 @@ How an op's output rows depend on its input rows (:class:`RowMap`):
   ``k_eff``). A max or average pool whose windows do not overlap along rows (``s == k``, no
   padding, no partial window) *accumulates*: each input row is folded into the output row as
   it arrives and released at once (a reuse buffer of one output row, not ``k`` input rows).
+- ``SPAN``: an upsampling op (ConvTranspose, Resize): output row ``r`` reads the input rows
+  its :class:`~fusiontune.ops.RowSpans` names (``[first[r], end[r])``: the rows a transposed
+  convolution's flipped kernel covers on the zero-inserted input, or the rows a nearest or
+  linear Resize interpolates from); both ends grow with ``r``.
 - ``REDUCE``: a global pool: input rows are folded into an accumulator as they arrive, the
   (one-row) output exists at the end.
 - ``WHOLE``: every input row first, then the whole output at once (two-pass batch-statistics
@@ -35,7 +39,7 @@ from functools import lru_cache
 
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import def_of, is_global_pool, kernel_shape
+from fusiontune.ops import RowSpans, def_of, is_global_pool, kernel_shape, row_spans
 from fusiontune.ops.base import attr
 from fusiontune.ops.window import Window, window_geometry
 
@@ -47,6 +51,7 @@ class RowKind(str, Enum):
 
     POINT = "point"
     WINDOW = "window"
+    SPAN = "span"
     REDUCE = "reduce"
     WHOLE = "whole"
 
@@ -61,17 +66,21 @@ class RowMap:
             row-aligned inputs of a POINT op), ``False`` when read whole (or constant/absent).
         window: the geometry of a WINDOW op.
         accumulate: a WINDOW pool that folds input rows into its output row one at a time.
+        spans: the input rows of each output row of a SPAN op.
     """
 
     kind: RowKind
     streamed: tuple[bool, ...]
     window: Window | None = None
     accumulate: bool = False
+    spans: RowSpans | None = None
 
     def input_rows(self, a: int, b: int, height: int) -> tuple[int, int]:
         """Rows ``[lo, hi)`` of a streamed input that output rows ``[a, b)`` read."""
         if self.kind is RowKind.POINT:
             return a, b
+        if self.spans is not None:
+            return self.spans.rows(a, b)
         assert self.window is not None
         start, end = self.window.input_rows(a, b)
         return max(start, 0), min(end, height)
@@ -80,6 +89,8 @@ class RowMap:
         """The lowest row of a streamed input still needed once rows ``[0, b)`` are out."""
         if self.kind is RowKind.POINT:
             return b
+        if self.spans is not None:
+            return self.spans.low_after(b)
         assert self.window is not None
         start, _ = self.window.input_rows(b, b + 1)
         return min(max(start, 0), height)
@@ -92,7 +103,7 @@ def row_axes(graph: Graph) -> dict[str, int | None]:
     for op in graph.ops:
         if op.op_class is OpClass.OPAQUE:
             continue
-        if _spatial_window(graph, op) or is_global_pool(op):
+        if _spatial_window(graph, op) or is_global_pool(op) or def_of(op).spans is not None:
             windowed.update(t for t in graph.activation_inputs(op)[:1])
             windowed.update(t for t in op.outputs[:1] if t)
     out: dict[str, int | None] = {}
@@ -152,6 +163,11 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
     if any(t and axes.get(t) is not None for t in op.outputs[1:] if _used(graph, t)):
         return whole  # a second output (BN running stats, pool indices) that is read
     x = graph.activation_inputs(op)
+    spans = row_spans(graph, op)
+    if spans is not None:
+        if not x or axes[x[0]] != WINDOW_ROW_AXIS or axes[out] != WINDOW_ROW_AXIS:
+            return whole
+        return RowMap(RowKind.SPAN, tuple(t == x[0] for t in op.inputs), spans=spans)
     if is_global_pool(op):
         if x and axes[x[0]] is not None and def_of(op).op_type in REDUCIBLE_POOLS:
             return RowMap(RowKind.REDUCE, tuple(t == x[0] for t in op.inputs))

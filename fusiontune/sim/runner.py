@@ -33,8 +33,16 @@ import numpy as np
 
 from fusiontune.errors import CapacityError, IllegalPlanError
 from fusiontune.ir.graph import Graph
-from fusiontune.ops import DTYPE, def_of, run_fused
-from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd
+from fusiontune.ops import DTYPE, RowBand, def_of, run_fused
+from fusiontune.ops.linear import (
+    LinearParams,
+    MatmulFn,
+    apply_matrix,
+    conv_nd,
+    conv_transpose_rows,
+    deconv_geometry,
+)
+from fusiontune.ops.window import window_geometry
 from fusiontune.sim.rows import RowKind, RowMap, height, row_axes, row_map
 
 Array = np.ndarray
@@ -122,6 +130,7 @@ class _Slot:
     row_bytes: int
     external: bool
     stored: bool
+    shape: tuple[int, ...] = ()
     readers: dict[str, int] = field(default_factory=dict)  # consumer -> lowest row it needs
     chunks: list[tuple[int, Array]] = field(default_factory=list)
     lo: int = 0
@@ -141,8 +150,10 @@ class _Slot:
             if stop <= a or start >= b:
                 continue
             parts.append(_take(arr, self.axis, max(a, start) - start, min(b, stop) - start))
-        if not parts:
-            return np.empty(0, dtype=DTYPE)
+        if not parts:  # no rows (a transposed convolution's row of inserted zeros)
+            empty = list(self.shape)
+            empty[self.axis] = 0
+            return np.empty(empty, dtype=DTYPE)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=self.axis)
 
 
@@ -205,6 +216,7 @@ class GroupRunner:
                     row_bytes=math.prod(shape) // max(h, 1) * ab,
                     external=t not in self.producer,
                     stored=t in self.stored,
+                    shape=shape,
                 )
         for node in self.nodes:
             for t in node.inputs:  # type: ignore[attr-defined]
@@ -326,6 +338,15 @@ class GroupRunner:
     ) -> Array:
         p: LinearParams | None = node.linear  # type: ignore[attr-defined]
         op = node.op  # type: ignore[attr-defined]
+        if rm.kind is RowKind.SPAN:
+            x = args[0]
+            assert x is not None and rm.spans is not None
+            rows = RowBand(rm.input_rows(a, b, rm.spans.height)[0], a, b, rm.spans.height)
+            if p is not None:
+                return transposed_rows(p, x, rows, self.matmul)
+            span_kernel = def_of(op).span_kernel
+            assert span_kernel is not None
+            return np.asarray(span_kernel(op, args, rows), dtype=DTYPE)
         if rm.kind is RowKind.WINDOW:
             x = args[0] if p is not None else next(v for v in args if v is not None)
             assert x is not None and rm.window is not None
@@ -419,14 +440,12 @@ class GroupRunner:
                 x = args[0]
                 assert x is not None
                 if p.kind == "conv":
-                    from fusiontune.ops.window import window_geometry
-
                     assert p.source_op is not None
                     win = window_geometry(p.source_op, x.shape[2:], p.weight.shape[2:])
                     outs = [conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)]
+                elif p.kind == "conv_transpose":
+                    outs = [transposed_rows(p, x, None, self.matmul)]
                 else:
-                    from fusiontune.ops.linear import apply_matrix
-
                     outs = [apply_matrix(p, x, self.matmul)]
             else:
                 outs = [np.asarray(v, dtype=DTYPE) for v in run_fused(op, args)]
@@ -546,11 +565,11 @@ def _node_row_map(graph: Graph, node: object) -> RowMap:
     op = node.op  # type: ignore[attr-defined]
     if p is None:
         return row_map(graph, op)
-    if p.kind == "conv":
+    if p.kind in ("conv", "conv_transpose"):
         assert p.source_op is not None
         rm = row_map(graph, p.source_op)
         streamed = tuple(i == 0 for i in range(len(node.inputs)))  # type: ignore[attr-defined]
-        return RowMap(rm.kind, streamed, rm.window)
+        return RowMap(rm.kind, streamed, rm.window, spans=rm.spans)
     x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
     axes = row_axes(graph)
     ax, ao = axes[x], axes[out]
@@ -566,6 +585,16 @@ def _node_row_map(graph: Graph, node: object) -> RowMap:
         return whole
     streamed = tuple(i == 0 for i in range(len(node.inputs)))  # type: ignore[attr-defined]
     return RowMap(RowKind.POINT, streamed)
+
+
+def transposed_rows(p: LinearParams, x: Array, band: RowBand | None, matmul: MatmulFn) -> Array:
+    """A ``"conv_transpose"`` LinearParams on a band of input rows (``None``: the whole
+    input, every output row)."""
+    assert p.source_op is not None
+    height = x.shape[2] if band is None else band.in_height
+    geo = deconv_geometry(p.source_op, (height, *x.shape[3:]), p.weight.shape[2:])
+    band = band or RowBand(0, 0, geo.out_spatial[0], height)
+    return conv_transpose_rows(x, p.weight, p.bias, p.group, geo, band, matmul)
 
 
 def matrix_rows(p: LinearParams, x: Array, matmul: MatmulFn) -> Array:
