@@ -126,12 +126,8 @@ class Graph:
             t = tensors.get(name)
             return t is not None and t.is_constant
 
-        def value_of(name: str) -> np.ndarray | None:
-            t = tensors.get(name)
-            return None if t is None else t.value
-
         classified = tuple(
-            replace(op, op_class=classify(op, is_constant, value_of)) for op in self.ops
+            replace(op, op_class=classify(op, is_constant, tensors)) for op in self.ops
         )
         object.__setattr__(self, "ops", classified)
 

@@ -41,8 +41,6 @@ Tensors = Mapping[str, "Tensor"]
 ShapeFn = Callable[["Op", Tensors, Shapes, int], Shapes]
 """``shape(op, tensors, input_shapes, n_outputs) -> output shapes`` (``None``: unknown)."""
 IsConstant = Callable[[str], bool]
-ValueOf = Callable[[str], "Array | None"]
-"""``value_of(name)``: the value of a constant tensor, ``None`` for an activation."""
 Classifier = Callable[["Op", IsConstant], OpClass]
 GraphOpFn = Callable[["Graph", "Op"], int]
 ExportFn = Callable[
@@ -182,9 +180,9 @@ class OpDef:
             which input rows each output row reads; the executor streams it by these spans.
         span_kernel: the kernel that computes a band of such an op from its input rows
             (:data:`SpanKernel`); ConvTranspose bands go through its weights.
-        unsupported: ``unsupported(op, value_of) -> reason or None``: attributes or constant
-            operands outside what the class rule's class supports; the op is then OPAQUE
-            and the reason is what ``explain`` says.
+        unsupported: ``unsupported(op, tensors) -> reason or None``: attributes, constant
+            operands or shapes outside what the class rule's class supports; the op is then
+            OPAQUE and the reason is what ``explain`` says.
 
     Cost model and capacity (DESIGN §5 rule 7, §6):
         element_ops: ALU ops of the op outside the crossbars; ``None``: one per output element
@@ -225,7 +223,7 @@ class OpDef:
     band: Callable[[Op, Array, Any], Array] | None = None  # Any: window.Window
     spans: Callable[[Graph, Op], RowSpans] | None = None
     span_kernel: SpanKernel | None = None
-    unsupported: Callable[[Op, ValueOf], str | None] | None = None
+    unsupported: Callable[[Op, Tensors], str | None] | None = None
     element_ops: GraphOpFn | None = None
     kernel_shape: Callable[[Graph, Op], Shape] | None = None
     global_pool: bool = False

@@ -177,7 +177,7 @@ def deconv_geometry(op: Op, in_spatial: Sequence[int], kernel: Sequence[int]) ->
 _AUTO_PADS = ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
-def _conv_transpose_unsupported(op: Op, value_of: object = None) -> str | None:
+def _conv_transpose_unsupported(op: Op, tensors: Tensors | None = None) -> str | None:
     """What of a ConvTranspose fusiontune does not model (it then stays OPAQUE)."""
     if op.attr("output_shape") is not None:
         return "the output_shape attribute is not supported (give pads and output_padding)"

@@ -1,6 +1,6 @@
 """OPAQUE ops the IR still knows: shape inference and a reference kernel, no fusion.
 
-Concat, Slice, Gather, Split, Pad, Resize, Expand, Where, Cast, Shape and Size have shape
+Concat, Slice, Gather, Split, Pad, Expand, Where, Cast, Shape and Size have shape
 inference (constant operands in their ONNX input or attribute forms); the others (Tile,
 Range, Constant, ConstantOfShape, Einsum, CumSum) have only a reference kernel, so the
 importer takes their shapes from ``onnx.shape_inference`` and warns about them. Every op
@@ -41,7 +41,6 @@ from fusiontune.ops.base import (
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
 
-CUBIC_COEFF_A = -0.75  # Resize cubic_coeff_a default
 SPLIT_INPUT_SINCE = 13  # Split takes 'split' as an input since opset 13
 SPLIT_NUM_OUTPUTS_SINCE = 18  # Split-18 needs the 'split' input or 'num_outputs'
 
@@ -213,109 +212,6 @@ def _range(op: Op, inputs: Inputs) -> list[Array]:
     return [np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)]
 
 
-# ---- Resize -------------------------------------------------------------------------------
-def _source_coords(mode: str, out_len: int, in_len: int, scale: float) -> Array:
-    """Input coordinate of each output index (ONNX coordinate_transformation_mode)."""
-    x = np.arange(out_len, dtype=np.float64)
-    if mode == "half_pixel":
-        return (x + 0.5) / scale - 0.5
-    if mode == "pytorch_half_pixel":
-        return (x + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
-    if mode == "asymmetric":
-        return x / scale
-    if mode == "align_corners":
-        return x * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
-    if mode == "half_pixel_symmetric":
-        adjustment = out_len / (scale * in_len)
-        center = in_len / 2 * (1 - adjustment)
-        return center + (x + 0.5) / scale - 0.5
-    raise FusiontuneError(
-        f"Resize coordinate_transformation_mode '{mode}' is not supported; allowed: "
-        "half_pixel, pytorch_half_pixel, asymmetric, align_corners, half_pixel_symmetric"
-    )
-
-
-def _nearest_index(coords: Array, mode: str, in_len: int) -> Array:
-    if mode == "round_prefer_floor":
-        idx = np.where(coords - np.floor(coords) == 0.5, np.floor(coords), np.round(coords))
-    elif mode == "round_prefer_ceil":
-        idx = np.where(coords - np.floor(coords) == 0.5, np.ceil(coords), np.round(coords))
-    elif mode == "floor":
-        idx = np.floor(coords)
-    elif mode == "ceil":
-        idx = np.ceil(coords)
-    else:
-        raise FusiontuneError(f"Resize nearest_mode '{mode}' is not supported")
-    return np.clip(idx, 0, in_len - 1).astype(np.int64)
-
-
-def _resize(op: Op, inputs: Inputs) -> list[Array]:
-    x = inputs[0]
-    assert x is not None
-    scales_in, sizes_in = arg(inputs, 2), arg(inputs, 3)
-    axes = ints(op.attr("axes")) or list(range(x.ndim))
-    axes = [a % x.ndim for a in axes]
-    if sizes_in is not None and sizes_in.size:
-        sizes = ints(sizes_in) or []
-        scales = [s / x.shape[a] for a, s in zip(axes, sizes)]
-    elif scales_in is not None and scales_in.size:
-        scales = [float(s) for s in scales_in.reshape(-1)]
-        sizes = [math.floor(x.shape[a] * s) for a, s in zip(axes, scales)]
-    else:
-        raise FusiontuneError(f"op '{op.name}' (Resize): needs scales or sizes")
-    mode = attr_s(op, "mode")
-    coord_mode = attr_s(op, "coordinate_transformation_mode")
-    policy = attr_s(op, "keep_aspect_ratio_policy")
-    if attr_i(op, "antialias") or policy != "stretch":
-        raise FusiontuneError(
-            f"op '{op.name}' (Resize): antialias=1 and keep_aspect_ratio_policy other than "
-            "'stretch' are not supported"
-        )
-    y = x
-    for a, scale, out_len in zip(axes, scales, sizes):
-        in_len = x.shape[a]
-        if out_len == in_len and scale == 1.0:
-            continue
-        coords = _source_coords(coord_mode, out_len, in_len, scale)
-        if mode == "nearest":
-            idx = _nearest_index(coords, attr_s(op, "nearest_mode"), in_len)
-            y = np.take(y, idx, axis=a)
-        elif mode == "linear":
-            coords = np.clip(coords, 0, in_len - 1)
-            lo = np.floor(coords).astype(np.int64)
-            hi = np.minimum(lo + 1, in_len - 1)
-            shape = [1] * x.ndim
-            shape[a] = out_len
-            frac = (coords - lo).astype(x.dtype).reshape(shape)
-            y = np.take(y, lo, axis=a) * (1 - frac) + np.take(y, hi, axis=a) * frac
-        elif mode == "cubic":
-            y = _cubic_resize_axis(y, a, coords, op)
-        else:
-            raise FusiontuneError(
-                f"op '{op.name}' (Resize): mode '{mode}' is not one of nearest, linear, cubic"
-            )
-    return [y.astype(x.dtype, copy=False)]
-
-
-def _cubic_resize_axis(y: Array, axis: int, coords: Array, op: Op) -> Array:
-    """Cubic convolution along one axis: 4 taps, edge-clamped indices (ONNX Resize)."""
-    a = attr_f(op, "cubic_coeff_a")
-    in_len = y.shape[axis]
-    base = np.floor(coords)
-    r = (coords - base)[:, None]
-    d = np.concatenate([r + 1, r, 1 - r, 2 - r], axis=1)  # distance of each tap, (out, 4)
-    near = ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
-    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
-    weights = np.where(d <= 1, near, far)
-    taps = base[:, None].astype(np.int64) + np.arange(-1, 3)
-    if attr_i(op, "exclude_outside"):
-        weights = np.where((taps >= 0) & (taps < in_len), weights, 0.0)
-        weights = weights / weights.sum(axis=1, keepdims=True)
-    moved = np.moveaxis(y, axis, -1)[..., np.clip(taps, 0, in_len - 1)]  # (..., out, 4)
-    out = np.sum(moved * weights.astype(y.dtype), axis=-1)
-    return np.moveaxis(out, -1, axis)
-
-
 def _einsum(op: Op, inputs: Inputs) -> list[Array]:
     arrays = [a for a in inputs if a is not None]
     return [np.asarray(np.einsum(attr_s(op, "equation"), *arrays))]
@@ -424,29 +320,6 @@ def _pad_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     return [tuple(out)]
 
 
-def _resize_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
-    x = ins[0]
-    assert x is not None
-    policy = op.attr("keep_aspect_ratio_policy", "stretch")
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    if policy != "stretch":
-        return [None]  # not_larger / not_smaller: left to onnx.shape_inference
-    scales = const_input(op, tensors, 2)
-    sizes = const_input(op, tensors, 3)
-    axes = [norm_axis(int(a), len(x), op) for a in op.attr("axes", range(len(x)))]
-    out = list(x)
-    if sizes is not None and sizes.size:
-        for a, s in zip(axes, sizes, strict=True):
-            out[a] = int(s)
-    elif scales is not None and scales.size:
-        for a, s in zip(axes, scales, strict=True):
-            out[a] = math.floor(x[a] * float(s))
-    else:
-        raise ShapeError(f"op '{op.name}' (Resize): one of scales or sizes is required")
-    return [tuple(out)]
-
-
 def _expand_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x = ins[0]
     assert x is not None
@@ -466,17 +339,6 @@ def _split_export(
             attrs["num_outputs"] = len(outputs)
     return inputs, attrs, outputs
 
-
-_RESIZE_DEFAULTS = {
-    "mode": "nearest",
-    "coordinate_transformation_mode": "half_pixel",
-    "nearest_mode": "round_prefer_floor",
-    "cubic_coeff_a": CUBIC_COEFF_A,
-    "exclude_outside": 0,
-    "antialias": 0,
-    "keep_aspect_ratio_policy": "stretch",
-    "extrapolation_value": 0.0,
-}
 
 OPS: tuple[OpDef, ...] = (
     OpDef("Concat", shape=_concat_shape, lint_opaque=True, reference=_concat),
@@ -504,7 +366,6 @@ OPS: tuple[OpDef, ...] = (
         export=_split_export,
     ),
     OpDef("Pad", defaults={"mode": "constant", "value": 0.0}, shape=_pad_shape, reference=_pad),
-    OpDef("Resize", defaults=_RESIZE_DEFAULTS, shape=_resize_shape, reference=_resize),
     OpDef("Expand", shape=_expand_shape, reference=_expand),
     OpDef("Where", shape=broadcast_rule, reference=_where, data_input=1),
     OpDef("Cast", shape=same_shape, reference=_cast, dtype_attr="to"),

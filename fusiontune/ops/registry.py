@@ -16,7 +16,7 @@ import numpy as np
 
 from fusiontune.errors import FusiontuneError, closest
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import layout, linear, misc, norm, pointwise, window
+from fusiontune.ops import layout, linear, misc, norm, pointwise, resize, window
 from fusiontune.ops.base import (
     DEFAULT_DOMAINS,
     ELEMENT_OPS_PER_ELEM,
@@ -29,7 +29,7 @@ from fusiontune.ops.base import (
     OpDef,
     RowSpans,
     Shape,
-    ValueOf,
+    Tensors,
     def_of,
     numel,
     rows_of,
@@ -38,7 +38,7 @@ from fusiontune.ops.base import (
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op, Tensor
 
-FAMILIES = (pointwise, window, linear, norm, layout, misc)
+FAMILIES = (pointwise, window, linear, norm, layout, resize, misc)
 
 
 def _register() -> None:
@@ -58,23 +58,19 @@ KNOWN_OP_TYPES = frozenset(t for t, d in REGISTRY.items() if d.shape is not None
 
 
 # ---- class, shapes, kernels -----------------------------------------------------------------
-def classify(op: Op, is_constant: IsConstant, value_of: ValueOf | None = None) -> OpClass:
+def classify(op: Op, is_constant: IsConstant, tensors: Tensors | None = None) -> OpClass:
     """The class of ``op`` (DESIGN §3); ``is_constant(name)`` tells constants apart.
 
-    An op the class rule puts in a fusable class but whose attributes or constant operands
-    (``value_of``) lie outside what fusiontune supports there is OPAQUE
+    An op the class rule puts in a fusable class but whose attributes, constant operands or
+    shapes (``tensors``) lie outside what fusiontune supports there is OPAQUE
     (:func:`unsupported_reason` says why).
     """
     d = def_of(op)
     cls = d.classify(op, is_constant)
     unsupported = d.unsupported
-    if cls is not OpClass.OPAQUE and unsupported and unsupported(op, value_of or _no_values):
+    if cls is not OpClass.OPAQUE and unsupported and unsupported(op, tensors or {}):
         return OpClass.OPAQUE
     return cls
-
-
-def _no_values(name: str) -> Array | None:
-    return None
 
 
 def unsupported_reason(graph: Graph, op: Op) -> str | None:
@@ -82,7 +78,7 @@ def unsupported_reason(graph: Graph, op: Op) -> str | None:
     d = def_of(op)
     if d.unsupported is None or d.classify(op, graph.is_constant) is OpClass.OPAQUE:
         return None
-    return d.unsupported(op, lambda name: graph.tensors[name].value if name else None)
+    return d.unsupported(op, graph.tensors)
 
 
 def row_spans(graph: Graph, op: Op) -> RowSpans | None:

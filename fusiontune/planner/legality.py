@@ -149,11 +149,12 @@ def rule_opaque_alone(view: GroupView, mode: Mode) -> Refusal | None:
         return None
     for i in view.members:
         if view.ix.classes[i] is OpClass.OPAQUE:
+            reason = registry.unsupported_reason(view.ix.graph, view.op(i))
+            why = f"unsupported {reason}" if reason else "no constant weight or unknown semantics"
             return Refusal(
                 RULE_OPAQUE,
                 "opaque",
-                f"{view.describe(i)} is OPAQUE (no constant weight or unknown semantics) "
-                "and must be a group of its own",
+                f"{view.describe(i)} is OPAQUE ({why}) and must be a group of its own",
             )
     return None
 
