@@ -27,14 +27,13 @@ import pytest
 
 import fusiontune as ft
 from fusiontune.reference import random_inputs
-from fusiontune.sim.execute import execute
+from fusiontune.search.optimize import optimal_plan
+from fusiontune.sim.cost import group_cost
+from fusiontune.sim.execute import execute, group_order
 
 FORMS_DIR = Path(__file__).parent / "data" / "onnx_forms"
 REL_TOL = 1e-5  # measured worst over the corpus: 3.6e-7 (float32 re-association)
 CORPUS_MAX_BYTES = 2_000_000
-
-CONV_TRANSPOSE_OPAQUE = "ConvTranspose loads as OPAQUE (no LINEAR class, kernel or cost yet)"
-RESIZE_OPAQUE = "Resize loads as OPAQUE (not a streamable op yet)"
 
 
 @dataclass(frozen=True)
@@ -61,15 +60,15 @@ CASES: dict[str, Case] = {
     "conv_same_upper": Case(),
     "conv_same_lower": Case(),
     "conv_group_dilation": Case(),
-    "conv_transpose": Case(classes_pending=CONV_TRANSPOSE_OPAQUE),
-    "resize_nearest": Case(classes_pending=RESIZE_OPAQUE),
-    "resize_linear": Case(classes_pending=RESIZE_OPAQUE),
+    "conv_transpose": Case(),
+    "resize_nearest": Case(),
+    "resize_linear": Case(),
     "gelu_erf_opset12": Case(),
     "gelu_op_opset20": Case(),
     "layernorm_op_opset17": Case(),
     "layernorm_decomposed_opset12": Case(),
-    "fpn_neck": Case(classes_pending=f"{CONV_TRANSPOSE_OPAQUE}; {RESIZE_OPAQUE}"),
-    "fpn_neck_dynamo": Case(classes_pending=f"{CONV_TRANSPOSE_OPAQUE}; {RESIZE_OPAQUE}"),
+    "fpn_neck": Case(),
+    "fpn_neck_dynamo": Case(),
 }
 
 
@@ -150,3 +149,40 @@ def test_ops_load_in_a_fusable_class(name: str) -> None:
         ends = (graph.op_by_name[edge.producer], graph.op_by_name[edge.consumer])
         if any(op.op_class is ft.OpClass.OPAQUE for op in ends):
             assert not edge.fusable and 6 in {r.rule for r in edge.refusals}, edge
+
+
+# ---- the FPN neck: upsampling inside fused groups -------------------------------------------
+FPN_REL_TOL = 1e-4  # fused execution vs the reference executor (sim/verify.py's rtol)
+UPSAMPLING = ("ConvTranspose", "Resize")
+
+
+@pytest.mark.parametrize("name", ["fpn_neck", "fpn_neck_dynamo"])
+@pytest.mark.parametrize("planner", ["greedy", "optimal"])
+def test_fpn_neck_fuses_its_upsampling_and_measures_what_the_model_says(
+    name: str, planner: str
+) -> None:
+    """ConvTranspose and Resize sit inside fused groups of the greedy and the optimal plan;
+    the banded execution (one row per band) matches the reference, the reference matches
+    onnxruntime, and each group's measured peak equals the capacity model's."""
+    graph = _load(name)
+    hw = ft.HardwareConfig()
+    plan = ft.greedy_plan(graph, hw=hw) if planner == "greedy" else optimal_plan(graph, hw).plan
+    assert plan is not None
+    group_of = {op: g for g in plan.groups for op in g.ops}
+    ups = [op for op in graph.ops if op.op_type in UPSAMPLING]
+    assert {op.op_type for op in ups} == set(UPSAMPLING)
+    for op in ups:
+        assert len(group_of[op.name].ops) >= 2, f"{op.name} is a singleton"
+    unfused = ft.simulate(graph, ft.unfused_plan(graph), hw).act_traffic_bytes
+    assert ft.simulate(graph, plan, hw).act_traffic_bytes < unfused
+    feeds = random_inputs(graph, seed=0)
+    ref = ft.reference_run(graph, feeds)
+    want = _onnxruntime(name, graph, feeds)
+    run = execute(graph, plan, feeds, hw=hw, band_rows=1)
+    for out, expected in zip(graph.outputs, want):
+        assert _rel_err(ref[out], expected) <= REL_TOL, out
+        assert _rel_err(run.outputs[out], ref[out]) <= FPN_REL_TOL, out
+    for k, i in enumerate(group_order(graph, plan)):
+        cost = group_cost(graph, plan.groups[i], hw)
+        assert run.group_peak_buffer_bytes[k] == cost.buffer_needed_bytes, plan.groups[i].ops
+        assert run.group_read_bytes[i] == cost.act_read_bytes

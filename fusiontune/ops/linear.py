@@ -132,11 +132,11 @@ def deconv_geometry(op: Op, in_spatial: Sequence[int], kernel: Sequence[int]) ->
 
     Raises:
         FusiontuneError: an ``output_shape`` attribute (not supported: give ``pads`` and
-            ``output_padding``) or an unknown ``auto_pad``.
+            ``output_padding``) or an unknown ``auto_pad`` (the op is then OPAQUE).
     """
     reason = _conv_transpose_unsupported(op)
     if reason is not None:
-        raise FusiontuneError(f"op '{op.name}' (ConvTranspose): {reason}")
+        raise FusiontuneError(f"op '{op.name}' (ConvTranspose): unsupported {reason}")
     nd = len(in_spatial)
     kernel = tuple(int(k) for k in kernel)
     strides = tuple(int(v) for v in op.attr("strides", (1,) * nd))
@@ -180,7 +180,7 @@ _AUTO_PADS = ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID")
 def _conv_transpose_unsupported(op: Op, tensors: Tensors | None = None) -> str | None:
     """What of a ConvTranspose fusiontune does not model (it then stays OPAQUE)."""
     if op.attr("output_shape") is not None:
-        return "the output_shape attribute is not supported (give pads and output_padding)"
+        return "attribute output_shape (give pads and output_padding)"
     if attr_s(op, "auto_pad") not in _AUTO_PADS:
         return f"auto_pad '{attr_s(op, 'auto_pad')}' is not one of {', '.join(_AUTO_PADS[2:])}"
     return None
