@@ -131,6 +131,51 @@ class GraphBuilder:
         }
         return self.op("Conv", ins, attrs, name=name)
 
+    def conv_transpose(
+        self,
+        x: str,
+        c_out: int,
+        k: int,
+        stride: int = 1,
+        pad: int = 0,
+        output_padding: int = 0,
+        group: int = 1,
+        bias: bool = True,
+        name: str | None = None,
+    ) -> str:
+        """A 2-D ConvTranspose (weight ``(C_in, C_out/group, k, k)``)."""
+        name = name or self.fresh("convtranspose")
+        c_in = self.shape(x)[1]
+        w = self.weight(f"{name}.weight", (c_in, c_out // group, k, k), c_in // group * k * k)
+        ins = [x, w] + ([self.bias(f"{name}.bias", c_out)] if bias else [])
+        attrs = {
+            "kernel_shape": (k, k),
+            "strides": (stride, stride),
+            "pads": (pad,) * 4,
+            "output_padding": (output_padding, output_padding),
+            "group": group,
+        }
+        return self.op("ConvTranspose", ins, attrs, name=name)
+
+    def resize(
+        self,
+        x: str,
+        scale: int,
+        mode: str = "nearest",
+        coordinate_transformation_mode: str = "asymmetric",
+        name: str | None = None,
+    ) -> str:
+        """Resize the spatial axes of an ``(N, C, H, W)`` tensor by ``scale`` (``scales``
+        input, ``nearest_mode`` floor as torch exports ``F.interpolate``)."""
+        name = name or self.fresh("resize")
+        scales = self.const(f"{name}.scales", np.asarray([1, 1, scale, scale], np.float32))
+        attrs = {
+            "mode": mode,
+            "coordinate_transformation_mode": coordinate_transformation_mode,
+            "nearest_mode": "floor",
+        }
+        return self.op("Resize", [x, "", scales], attrs, name=name)
+
     def bn(self, x: str, training: bool = False, name: str | None = None) -> str:
         name = name or self.fresh("bn")
         c = self.shape(x)[1]

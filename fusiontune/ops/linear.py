@@ -285,6 +285,8 @@ def _conv_transpose_spans(graph: Graph, op: Op) -> RowSpans:
 def _conv_transpose_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
     x, w = ins[0], ins[1]
     assert x is not None and w is not None
+    if _conv_transpose_unsupported(op) is not None:
+        return [None] * n_out  # output_shape: left to onnx.shape_inference (the op is OPAQUE)
     group = attr_i(op, "group")
     if x[1] != w[0] or w[0] % group:
         raise ShapeError(

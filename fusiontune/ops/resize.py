@@ -243,10 +243,16 @@ def _resize_rows(op: Op, inputs: Inputs, band: RowBand) -> Array:
 
 
 def _resize_fused(op: Op, inputs: Inputs) -> list[Array]:
-    """The band kernel on the whole tensor (one band of every row)."""
+    """The band kernel on the whole tensor (one band of every row); the reference for the
+    forms it does not cover (cubic, antialias, a rank below 3)."""
     x = inputs[0]
     assert x is not None
-    if x.ndim < 3:
+    if (
+        x.ndim < 3
+        or attr_s(op, "mode") not in STREAM_MODES
+        or attr_i(op, "antialias")
+        or attr_s(op, "keep_aspect_ratio_policy") != "stretch"
+    ):
         return _resize(op, inputs)
     axes, _, sizes = _targets(op, x.shape, arg(inputs, 2), arg(inputs, 3))
     out_h = next((n for a, n in zip(axes, sizes) if a == 2), x.shape[2])
