@@ -39,7 +39,10 @@ from fusiontune.sim.cost import lower_bound
 from fusiontune.sim.hardware import HardwareConfig
 
 REL_TOL = 1e-5  # fused vs reference: max|fused - ref| / max|ref|, float32
-FUSED_DISTINCT = {"Conv", "MaxPool", "AveragePool", "BatchNormalization", "LayerNormalization"}
+FUSED_DISTINCT = {
+    "Conv", "MaxPool", "AveragePool", "BatchNormalization", "LayerNormalization",
+    "ConvTranspose", "Resize",
+}  # fmt: skip
 """Op types whose executor kernel is a second implementation (the rest run the reference)."""
 
 
@@ -107,6 +110,19 @@ FUSED_CASES: list[tuple[str, list[np.ndarray | None], dict[str, Any], int]] = [
     ("BatchNormalization", [rnd(2, 4, 5) * 3 + 1, *_bn_inputs(4)], {"momentum": 0.7}, 5),
     ("LayerNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(8, seed=5), rnd(8, seed=6)], {}, 3),
     ("LayerNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(3, 8, seed=5)], {"axis": -2}, 1),
+    # more ConvTranspose and Resize forms, band by band: tests/test_upsampling.py
+    (
+        "ConvTranspose",
+        [rnd(1, 4, 5, 6), rnd(4, 3, 4, 4, seed=7), rnd(6, seed=8)],
+        {"strides": (2, 2), "pads": (1,) * 4, "output_padding": (1, 0), "group": 2},
+        1,
+    ),
+    (
+        "Resize",
+        [rnd(1, 3, 5, 4), None, np.asarray([1, 1, 2, 3], np.float32)],
+        {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
+        1,
+    ),
 ]
 
 

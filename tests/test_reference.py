@@ -165,12 +165,19 @@ CONV_TRANSPOSE_CASES: dict[str, tuple[Shape, Shape, dict[str, Any], Shape]] = {
     "group2_dil2": ((1, 4, 5, 5), (4, 1, 3, 3), {"group": 2, "dilations": (2, 2),
                                                   "pads": (1, 0, 2, 1)}, (1, 2, 6, 8)),
     "conv1d_s3": ((1, 2, 6), (2, 3, 2), {"strides": (3,)}, (1, 3, 17)),
+    "same_upper": ((1, 2, 4, 5), (2, 3, 3, 3), {"strides": (2, 3), "auto_pad": "SAME_UPPER"},
+                   (1, 3, 8, 15)),
+    "same_lower_outpad": ((1, 2, 4, 5), (2, 3, 4, 3), {"strides": (2, 3), "auto_pad": "SAME_LOWER",
+                                                        "output_padding": (1, 0)}, (1, 3, 8, 15)),
+    "valid": ((1, 2, 4, 5), (2, 3, 3, 2), {"strides": (2, 1), "auto_pad": "VALID"}, (1, 3, 9, 6)),
+    "pads_crop": ((1, 2, 4, 5), (2, 3, 2, 3), {"strides": (2, 2), "pads": (3, 2, 2, 4)},
+                  (1, 3, 3, 5)),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(CONV_TRANSPOSE_CASES))
 def test_conv_transpose(case: str) -> None:
-    """ConvTranspose (OPAQUE in fusiontune, common in real models); shapes given by hand."""
+    """ConvTranspose (LINEAR; band kernel checked in tests/test_upsampling.py); shapes by hand."""
     x_shape, w_shape, attrs, out_shape = CONV_TRANSPOSE_CASES[case]
     ins: list[A | C | None] = [A(rnd(*x_shape)), C(rnd(*w_shape, seed=1))]
     ins.append(C(rnd(out_shape[1], seed=2)))
