@@ -5,7 +5,10 @@ op menu covers every op class of DESIGN §3: LINEAR (FC-like Conv 1x1, padded Co
 MatMul with a constant weight), AFFINE (inference BN, Mul by a per-channel constant),
 STATS (training-mode BN), ELEMWISE (Relu), BINARY (Add of two activations), WINDOW
 (MaxPool and AveragePool 3x3 / stride 1 / pad 1), LAYOUT (Reshape to the same shape)
-and OPAQUE (MatMul of two activations). A two-input op often reads the previous two-input
+and OPAQUE (MatMul of two activations), and the upsampling ops whose rows stream by spans:
+a stride-1 ConvTranspose (LINEAR), and two-op kinds that go up by 2 (a stride-2 ConvTranspose
+with output_padding, a nearest or a linear Resize) and back down (a pool or a stride-2 Conv).
+``max_ops`` counts ops, not kinds. A two-input op often reads the previous two-input
 op's inputs crossed over, the shape in which two convex groups can depend on each other
 both ways. Tensors nobody reads become graph outputs, and
 sometimes an inner tensor too (so fan-out to the graph output is exercised).
@@ -31,8 +34,11 @@ SIDE = 4  # S
 
 UNARY_KINDS = (
     "conv1x1", "conv3x3", "matmul_const", "bn", "bn_train", "mul_const", "relu",
-    "maxpool", "avgpool", "reshape",
+    "maxpool", "avgpool", "reshape", "deconv", "deconv_s2_pool", "resize_pool",
+    "resize_linear_conv",
 )  # fmt: skip
+TWO_OP_KINDS = frozenset({"deconv_s2_pool", "resize_pool", "resize_linear_conv"})
+"""Kinds that add two ops (up by 2, back down to ``SIDE``)."""
 BINARY_KINDS = ("add", "matmul_act")
 ALL_KINDS = UNARY_KINDS + BINARY_KINDS
 # kinds as drawn by default: two-input Adds weighted up so diamonds and crossings are common
@@ -61,6 +67,16 @@ def _unary(b: GraphBuilder, kind: str, x: str) -> str:
         return b.avgpool(x, 3, stride=1, pad=1)
     if kind == "reshape":
         return b.reshape(x, (1, CHANNELS, SIDE, SIDE))
+    if kind == "deconv":
+        return b.conv_transpose(x, CHANNELS, 3, pad=1)
+    if kind == "deconv_s2_pool":
+        up = b.conv_transpose(x, CHANNELS, 3, stride=2, pad=1, output_padding=1)
+        return b.maxpool(up, 2)
+    if kind == "resize_pool":
+        return b.avgpool(b.resize(x, 2), 2)
+    if kind == "resize_linear_conv":
+        up = b.resize(x, 2, mode="linear", coordinate_transformation_mode="half_pixel")
+        return b.conv(up, CHANNELS, 3, stride=2, pad=1)
     raise ValueError(kind)
 
 
@@ -103,8 +119,12 @@ def dag_graphs(
     tensors = [b.input("x", (1, CHANNELS, SIDE, SIDE))]
     read: set[str] = set()
     last_pair: tuple[str, str] | None = None
-    for _ in range(int(n_ops)):
+    budget = int(n_ops)
+    while budget > 0:
         kind = draw(st.sampled_from(kinds))
+        if kind in TWO_OP_KINDS and budget < 2:
+            kind = "deconv"
+        budget -= 2 if kind in TWO_OP_KINDS else 1
         # prefer recent tensors (chains), sometimes reach back (fan-out, diamonds)
         pick = st.integers(0, len(tensors) - 1).map(lambda i: len(tensors) - 1 - i)
         a = tensors[draw(pick)]

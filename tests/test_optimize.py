@@ -19,6 +19,7 @@ from strategies import dag_graphs
 
 from fusiontune.errors import ConfigError, IllegalPlanError
 from fusiontune.frontend.zoo import build_zoo, deep_encoder, zoo_models
+from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.baselines import greedy_plan, unfused_plan
@@ -346,3 +347,16 @@ def test_public_facade() -> None:
     assert isinstance(result, ft.OptimalPlan)
     assert result.to_dict()["proven"] is True
     assert ft.capacity_bound(build_zoo("mlp_wide")) <= result.value
+
+
+def test_an_accumulating_pool_is_not_pruned_by_a_window_of_rows_it_never_holds() -> None:
+    """A 2x2/stride-2 MaxPool folds one input row at a time into its partial output row
+    (32 + 16 B here), so the singleton fits 64 B; the capacity lower bound once charged it
+    its whole window (2 x 32 + 16 B) and the optimizer called the graph infeasible."""
+    b = GraphBuilder("conv_pool")
+    b.maxpool(b.conv(b.input("x", (1, 4, 8, 8)), 4, 1, pad=0), 2)
+    graph = b.build()
+    hw = HardwareConfig(buffer_bytes=64)
+    assert simulate(graph, unfused_plan(graph), hw).feasible
+    result = optimal_plan(graph, hw)
+    check_optimum(graph, hw, result)

@@ -196,16 +196,18 @@ def _op_capacity(graph: Graph, op: Any) -> tuple[int, int]:
 
     The moment is one every schedule of every group holding the op goes through, whatever
     the group's mode: a sliding window (never folded or merged away) holds ``min(k, H)`` rows
-    of its input and its new output row; an op that cannot stream (and is never folded into
-    weights) holds its whole inputs and outputs; a global pool its ``N x C`` accumulator and a
-    row of its input. Other ops claim nothing (0), which keeps the bound valid.
+    of its input (one, when it accumulates) and its new (or partial) output row; an op that
+    cannot stream (and is never folded into weights) holds its whole inputs and outputs; a
+    global pool its ``N x C`` accumulator and a row of its input. Other ops claim nothing
+    (0), which keeps the bound valid.
     """
     rm = row_map(graph, op)
     acts = graph.activation_inputs(op)
     out = op.outputs[0]
     if rm.kind is RowKind.WINDOW and rm.window is not None and acts:
         x = acts[0]
-        rows = min(height(graph, x), rm.window.effective[0])
+        # an accumulating pool folds one input row at a time into its partial output row
+        rows = 1 if rm.accumulate else min(height(graph, x), rm.window.effective[0])
         return rows * row_elems(graph, x) + row_elems(graph, out), 0
     if rm.kind is RowKind.REDUCE and acts:
         shape = graph.tensors[acts[0]].shape
