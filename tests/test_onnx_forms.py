@@ -22,10 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import fusiontune as ft
+from fusiontune.planner.legality import check_group
+from fusiontune.planner.plan import Mode
 from fusiontune.reference import random_inputs
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim.cost import group_cost
@@ -34,6 +38,7 @@ from fusiontune.sim.execute import execute, group_order
 FORMS_DIR = Path(__file__).parent / "data" / "onnx_forms"
 REL_TOL = 1e-5  # measured worst over the corpus: 3.6e-7 (float32 re-association)
 CORPUS_MAX_BYTES = 2_000_000
+MERGE_REL_TOL = 1e-5  # merged weights are computed in float64 and rounded once
 
 
 @dataclass(frozen=True)
@@ -186,3 +191,89 @@ def test_fpn_neck_fuses_its_upsampling_and_measures_what_the_model_says(
         cost = group_cost(graph, plan.groups[i], hw)
         assert run.group_peak_buffer_bytes[k] == cost.buffer_needed_bytes, plan.groups[i].ops
         assert run.group_read_bytes[i] == cost.act_read_bytes
+
+
+# ---- audit: each exporter form of a rule fuses correctly or is refused, the rule named ----------
+def _model(
+    nodes: list[onnx.NodeProto], x_shape: tuple[int, ...], inits: dict[str, np.ndarray]
+) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "form",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _w(*shape: int, seed: int = 0) -> np.ndarray:
+    return (0.5 * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+AUDIT_FORMS: dict[str, tuple[onnx.ModelProto, str | None]] = {
+    # Gemm transB=1 with alpha/beta -> Gemm alpha/beta: one matrix chain, scales folded
+    "gemm_transB_alpha_beta": (_model([
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1, alpha=0.5,
+                         beta=2.0),
+        helper.make_node("Gemm", ["h", "w2", "b2"], ["y"], name="fc2", alpha=1.5, beta=0.25),
+    ], (3, 6), {"w1": _w(5, 6), "b1": _w(5, seed=1), "w2": _w(5, 4, seed=2),
+                "b2": _w(4, seed=3)}), None),
+    # Gemm transA=1 reads its features on axis 0: not a link of a row-wise matrix chain
+    "gemm_transA": (_model([
+        helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1", transA=1),
+        helper.make_node("Gemm", ["h", "w2"], ["y"], name="fc2"),
+    ], (6, 3), {"w1": _w(6, 5), "w2": _w(5, 4, seed=2)}), "not FC-like"),
+    # the constant on the left of a MatMul: not a weight on crossbars (rule 6)
+    "matmul_const_left": (_model([
+        helper.make_node("MatMul", ["w1", "x"], ["h"], name="mm1"),
+        helper.make_node("MatMul", ["h", "w2"], ["y"], name="mm2"),
+    ], (6, 3), {"w1": _w(5, 6), "w2": _w(3, 4, seed=2)}), "rule 6 (opaque)"),
+    # a grouped, dilated Conv is a window, not a matrix over channels
+    "conv_group_dilation": (_model([
+        helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", group=2, dilations=(2, 2),
+                         pads=(2, 2, 2, 2), kernel_shape=(3, 3)),
+        helper.make_node("Conv", ["h", "w2"], ["y"], name="c2", kernel_shape=(1, 1)),
+    ], (1, 4, 6, 6), {"w1": _w(4, 2, 3, 3), "w2": _w(3, 4, 1, 1, seed=2)}), "not FC-like"),
+    # auto_pad SAME_UPPER on a 1x1 stride-1 Conv pads nothing: FC-like, the chain merges
+    "conv_same_upper_1x1": (_model([
+        helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", auto_pad="SAME_UPPER",
+                         kernel_shape=(1, 1)),
+        helper.make_node("Conv", ["h", "w2"], ["y"], name="c2", kernel_shape=(1, 1)),
+    ], (1, 4, 5, 5), {"w1": _w(6, 4, 1, 1), "w2": _w(3, 6, 1, 1, seed=2)}), None),
+    # auto_pad SAME_UPPER on a 3x3 Conv pads: a window, never merged
+    "conv_same_upper_3x3": (_model([
+        helper.make_node("Conv", ["x", "w1"], ["h"], name="c1", auto_pad="SAME_UPPER",
+                         kernel_shape=(3, 3), strides=(2, 2)),
+        helper.make_node("Conv", ["h", "w2"], ["y"], name="c2", kernel_shape=(1, 1)),
+    ], (1, 4, 6, 6), {"w1": _w(6, 4, 3, 3), "w2": _w(3, 6, 1, 1, seed=2)}), "not FC-like"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", sorted(AUDIT_FORMS))
+def test_a_rule_form_merges_correctly_or_is_refused_naming_the_rule(
+    form: str, tmp_path: Path
+) -> None:
+    """The whole two-op chain as a merge: legal, and then its execution (one merged matrix)
+    matches onnxruntime; or refused with a message naming the rule. The planner's own plan
+    matches onnxruntime either way."""
+    model, refused = AUDIT_FORMS[form]
+    path = tmp_path / f"{form}.onnx"
+    onnx.save(model, str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        graph = ft.load_model(path)
+    ops = tuple(op.name for op in graph.ops)
+    refusals = check_group(graph, ops, Mode.MERGE)
+    feeds = random_inputs(graph, seed=0)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(["y"], feeds)
+    plans = [ft.greedy_plan(graph), optimal_plan(graph).plan]
+    if refused is None:
+        assert refusals == []
+        plans.append(ft.Plan.of(graph, [ft.Group(ops, Mode.MERGE)]))
+    else:
+        assert refusals and any(refused in str(r) for r in refusals), refusals
+    for plan in plans:
+        assert plan is not None
+        assert _rel_err(execute(graph, plan, feeds).outputs["y"], want) <= MERGE_REL_TOL, plan

@@ -293,8 +293,8 @@ def rule_merge_chain_shape(view: GroupView, mode: Mode) -> Refusal | None:
         if not is_fc_like(view.ix.graph, view.op(i)):
             return _pattern(
                 view,
-                f"{view.describe(i)} is not FC-like (Gemm, MatMul with a 2-D constant "
-                "weight, or Conv 1x1 stride 1 without padding, group 1)",
+                f"{view.describe(i)} is not FC-like (Gemm with transA=0, MatMul with a 2-D "
+                "constant weight, or Conv 1x1 stride 1 without padding, group 1)",
             )
         problem = _fc_axis_problem(view, i)
         if problem:
