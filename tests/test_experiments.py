@@ -336,3 +336,14 @@ def test_export_rows_on_a_merged_mlp(tmp_path: Path) -> None:
         assert 1 <= row["ort_nodes"] <= 2 and row["ort_nodes_of_export"] == 1
         assert row["tvm_like_groups"] == 2  # FuseOps never joins two matmuls
     assert exp.tvm_counts(None, [result.onnx_path]) == ({}, "")
+
+
+# ---- exp_upsampling ---------------------------------------------------------------------------
+def test_upsampling_streams_beat_barriers_on_the_fpn_neck() -> None:
+    """Same-run comparison: with ConvTranspose/Resize streaming, the FPN neck's optimum is one
+    group and moves less than the optimum with those ops as barriers."""
+    exp = _load("exp_upsampling")
+    hw = exp.ft.HardwareConfig()
+    row = exp.row("fpn_neck", hw)
+    assert row["groups"] == 1 and row["groups_barriers"] > 1
+    assert row["optimum_B"] <= row["greedy_B"] < row["optimum_barriers_B"] < row["unfused_B"]
