@@ -15,7 +15,8 @@ class OpClass(str, Enum):
 
     LINEAR = "LINEAR"  # Conv, Gemm, MatMul with a constant weight: runs on crossbars
     AFFINE = "AFFINE"  # inference BN, Add/Sub/Mul/Div with a constant, Identity, Dropout
-    ELEMWISE = "ELEMWISE"  # one-to-one nonlinear (Relu, Sigmoid, Gelu, ...)
+    ELEMWISE = "ELEMWISE"  # one-to-one nonlinear (Relu, Sigmoid, Gelu, ...); streamable Resize
+    # (rows by spans, not one-to-one: like a nonlinearity, it is never folded nor merged across)
     BINARY = "BINARY"  # one-to-one of two activations (residual Add, gates)
     WINDOW = "WINDOW"  # pooling
     STATS = "STATS"  # needs statistics over a reduction domain first

@@ -1,9 +1,10 @@
 """The op registry: one :class:`OpDef` per ONNX op type, the only place op knowledge lives.
 
 Families: ``pointwise`` (activations, arithmetic, comparisons), ``window`` (pools and the
-window geometry of Conv and pools), ``linear`` (Conv, Gemm, MatMul and their crossbar
-weights), ``norm`` (normalizations, softmax, reductions), ``layout`` (reshapes and
-transposes), ``misc`` (OPAQUE ops with shapes and a reference kernel). ``base`` holds the
+window geometry of Conv and pools), ``linear`` (Conv, ConvTranspose, Gemm, MatMul and their
+crossbar weights), ``norm`` (normalizations, softmax, reductions), ``layout`` (reshapes and
+transposes), ``resize`` (Resize, streamable in its common forms), ``misc`` (OPAQUE ops with
+shapes and a reference kernel). ``base`` holds the
 :class:`OpDef` record and shared helpers; ``registry`` fills :data:`REGISTRY` and answers
 questions about an op. An op type that is not registered is OPAQUE (:data:`DEFAULT`).
 """
