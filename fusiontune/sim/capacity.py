@@ -7,12 +7,12 @@ following only row counters. The schedule, one row per step (the least-buffer sc
 1. The group's stored tensors (its *sinks*) advance one row at a time, the least advanced
    (as a fraction of its height) first.
 2. A row is *pulled*: to compute rows ``[a, a+1)`` of a tensor, its producer first pulls the
-   input rows its :class:`~fusiontune.sim.rows.RowMap` names (a window's rows, or the same
-   row), recursively, in input order; a tensor in DRAM is fetched row by row. The new output
-   row is allocated, then every input row the producer will not read again is released once
-   no other reader in the group needs it. A stored row goes to DRAM at once; a row nobody in
-   the group reads is released right after. A non-overlapping pool allocates its output row
-   first and folds its input rows in one at a time, releasing each.
+   input rows its :class:`~fusiontune.sim.rows.RowMap` names (a window's rows, an upsampling
+   op's span, or the same row), recursively, in input order; a tensor in DRAM is fetched row
+   by row. The new output row is allocated, then every input row the producer will not read
+   again is released once no other reader in the group needs it. A stored row goes to DRAM
+   at once; a row nobody in the group reads is released right after. A non-overlapping pool
+   allocates its output row first and folds its input rows in one at a time, releasing each.
 3. A ``WHOLE`` op pulls every input row first and allocates its whole outputs; a ``REDUCE``
    op (global pool) folds rows into an ``N x C`` accumulator as they arrive.
 4. Finally the rows of DRAM inputs nobody needed stream through (a group reads its inputs in

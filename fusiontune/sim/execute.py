@@ -10,9 +10,10 @@ Pipeline of one group (:func:`compile_group`, then :class:`_GroupRun`):
 2. **fold**: an AFFINE op whose input is a LINEAR output read by nothing else folds into that
    op's weights and bias (Conv→BN: ``W' = W·γ/√(σ²+ε)``, ``b' = (b−μ)·γ/√(σ²+ε) + β``).
 3. **run**: ops whose output is NCHW and row-local (Conv, Max/AveragePool, AFFINE, ELEMWISE,
-   BINARY) run by bands of output rows through line buffers: a band pulls the rows it needs
-   (with halos) from its producers, which compute only rows they have not computed yet and
-   drop rows no consumer needs any more. Conv+Pool (P2) and ``stream`` groups (P4) therefore
+   BINARY, and the upsampling ConvTranspose and Resize by their row spans) run by bands of
+   output rows through line buffers: a band pulls the rows it needs (with halos) from its
+   producers, which compute only rows they have not computed yet and drop rows no consumer
+   needs any more. Conv+Pool (P2) and ``stream`` groups (P4) therefore
    never hold a full intermediate. Other ops (Gemm chains, STATS two-pass ops, global pools,
    layout) run on whole local arrays. Nothing inside a group touches the store.
 
