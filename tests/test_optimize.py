@@ -360,3 +360,19 @@ def test_an_accumulating_pool_is_not_pruned_by_a_window_of_rows_it_never_holds()
     assert simulate(graph, unfused_plan(graph), hw).feasible
     result = optimal_plan(graph, hw)
     check_optimum(graph, hw, result)
+
+
+def test_a_tight_bound_does_not_prune_the_optimum_by_rounding() -> None:
+    """The optimum here is the greedy incumbent and the bound is tight along its path (a
+    singleton ConvTranspose costs exactly its fixed energy plus its bytes): float sums in
+    another order exceeded the incumbent by an ulp, every label was pruned and the search
+    answered ``infeasible`` (hypothesis found it)."""
+    b = GraphBuilder("tight", seed=0)
+    x = b.input("x", (1, 4, 4, 4))
+    pooled = b.maxpool(b.conv_transpose(x, 4, 3, stride=2, pad=1, output_padding=1), 2)
+    b.output(b.add(b.conv(x, 4, 3, pad=1), pooled), pooled)
+    graph = b.build()
+    hw = HardwareConfig(buffer_bytes=64, weights_resident=True)
+    result = optimal_plan(graph, hw, "energy")
+    check_optimum(graph, hw, result)
+    assert result.value == pytest.approx(_best_by_enumeration(graph, hw, "energy_pj"), rel=REL)

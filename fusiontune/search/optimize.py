@@ -45,6 +45,18 @@ from fusiontune.sim.hardware import HardwareConfig
 OBJECTIVE_METRIC = {"traffic": "traffic_bytes", "energy": "energy_pj", "cycles": "cycles"}
 """Field minimised for each additive objective."""
 
+PRUNE_REL = 1e-9
+"""A label is pruned only when its bound exceeds the incumbent by more than this share: the
+bound and a label's cost are float sums in different orders, and where the bound is tight (a
+singleton LINEAR group costs exactly its fixed cost plus its bytes) rounding must not prune
+the optimum's own path (it did: ``infeasible`` with a feasible optimal incumbent)."""
+
+
+def _above(value: float, incumbent: float) -> bool:
+    """``value`` exceeds ``incumbent`` beyond rounding (:data:`PRUNE_REL`)."""
+    return value > incumbent + PRUNE_REL * abs(incumbent)
+
+
 TIE_BREAK = {"traffic_bytes": "energy_pj", "energy_pj": "traffic_bytes", "cycles": "energy_pj"}
 """Secondary metric minimised among the plans of optimal primary cost."""
 
@@ -258,7 +270,7 @@ class _Search:
                     break
                 here = labels[ideal]
                 floor_here = min(lb.primary for lb in here) + self.remaining(ideal)
-                if floor_here > best[0]:
+                if _above(floor_here, best[0]):
                     expanded.add(ideal)
                     continue
                 expanded.add(ideal)
@@ -280,7 +292,9 @@ class _Search:
                                           ideal, k, t.mask, mode)  # fmt: skip
                             if self.resident and cand.crossbars > n_crossbars:
                                 continue
-                            if cand.primary + rest > best[0] or _dominated(labels, nxt, cand):
+                            if _above(cand.primary + rest, best[0]) or _dominated(
+                                labels, nxt, cand
+                            ):
                                 continue
                             if undecided:  # replay the group's schedule only now
                                 if not model.fits(t.mask, mode):
