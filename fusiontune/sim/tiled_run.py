@@ -22,12 +22,13 @@ from fusiontune.ops import DTYPE, def_of, run_fused
 from fusiontune.ops.base import attr_f
 from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd
 from fusiontune.ops.window import Window
-from fusiontune.sim.runner import Dram, GroupStats, OnChip, node_row_map
+from fusiontune.sim.runner import Dram, GroupStats, OnChip, matrix_rows, node_row_map
 from fusiontune.sim.tiling import (
     Scheme,
     Tiling,
     WindowGeometry,
     input_box,
+    matrix_axes,
     transpose_perm,
     window_geometry_of,
 )
@@ -54,7 +55,8 @@ def run_tiled(
         Scheme.WINDOW: run.window,
         Scheme.REDUCE: run.reduce,
         Scheme.COPY: run.copy,
-        Scheme.MATMUL: run.matmul,
+        Scheme.MATMUL: run.products,
+        Scheme.MATRIX: run.matrix,
     }
     assert tiling.scheme is not None, tiling.reason
     scheme[tiling.scheme](tiling)
@@ -274,8 +276,34 @@ class _TiledRun:
             self.put(out, box, part, flat)
             self.free(part.size)
 
+    # ---- matrix ----------------------------------------------------------------------------------
+    def matrix(self, tiling: Tiling) -> None:
+        graph = self.graph
+        assert tiling.chunks is not None
+        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
+        x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        axes = matrix_axes(graph, self.node)
+        assert axes is not None
+        axis = axes[0]
+        held: tuple[Box, Array] | None = None  # the input box kept across column blocks
+        for box in tiling.chunks.boxes(graph.tensors[out].shape):
+            in_box = tuple(slice(None) if a == axis else b for a, b in enumerate(box))
+            if held is None or held[0] != in_box:
+                if held is not None:
+                    self.free(held[1].size)
+                held = (in_box, self.fetch(x, in_box))
+            cols = box[axis]
+            bias = p.bias if p.bias is None or p.bias.ndim == 0 else p.bias[cols]
+            sub = replace(p, weight=p.weight[:, cols], bias=bias)
+            size = math.prod(b.stop - b.start for b in box)
+            self.hold(size, out, "output tile")
+            self.put(out, box, matrix_rows(sub, held[1], self.matmul))
+            self.free(size)
+        if held is not None:
+            self.free(held[1].size)
+
     # ---- matmul --------------------------------------------------------------------------------
-    def matmul(self, tiling: Tiling) -> None:
+    def products(self, tiling: Tiling) -> None:
         op, graph = self.op, self.graph
         a, b = graph.activation_inputs(op)
         out = op.outputs[0]

@@ -28,6 +28,10 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   reads it again to normalize and write the output (traffic ``2 x input + output``).
 - ``copy`` — layout ops: a DMA copy through one staging chunk (flat for Reshape-like views,
   a box of the input for Transpose): bytes in = bytes out.
+- ``matrix`` — a LINEAR op applied by rows (Gemm, MatMul with a constant weight): the
+  output is cut into boxes with its feature axis innermost; each input box (all its
+  features) is fetched once and stays while its output columns are computed block by
+  block. Traffic is unchanged.
 - ``matmul`` — MatMul of two activations ``(..., M, K) @ (..., K, N)``: per batch index,
   output blocks of ``m`` rows and ``n`` columns; each block reads its rows of the left
   operand and its columns of the right one, so the right operand is re-read once per row
@@ -67,6 +71,7 @@ class Scheme(str, Enum):
     REDUCE = "reduce"
     COPY = "copy"
     MATMUL = "matmul"
+    MATRIX = "matrix"
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,8 @@ def plan_tiling(
         plan = _plan_copy(graph, op, cap)
     elif op.op_type == "MatMul" and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
+    elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
+        plan = _plan_matrix(graph, node, cap)
     elif rm.kind is RowKind.POINT and p is None:
         plan = _plan_point(graph, op, rm.streamed, stored, cap)
     else:
@@ -504,3 +511,44 @@ def _plan_matmul(graph: Graph, op: Op, cap: int) -> Tiling:
     traffic, _, m, n = best
     out = batch * m_rows * n_cols
     return Tiling(op.name, Scheme.MATMUL, traffic, out, m * k + k * n + m * n, tile=(m, n))
+
+
+# ---- matrix (a constant weight, by rows) ------------------------------------------------------
+def matrix_axes(graph: Graph, node: object) -> tuple[int, int] | None:
+    """``(feature axis, row axis or -1)`` of a LINEAR-by-rows node whose input and output
+    differ only along the feature axis (``None`` otherwise)."""
+    p = node.linear  # type: ignore[attr-defined]
+    x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
+    xs, ys = _shape(graph, x), _shape(graph, out)
+    rank = len(ys)
+    if len(xs) != rank:
+        return None
+    axis = p.out_axis % rank
+    if p.in_axis % rank != axis or any(xs[a] != ys[a] for a in range(rank) if a != axis):
+        return None
+    rows = row_axes(graph)[out]
+    if rows == axis:
+        return None
+    return axis, -1 if rows is None else rows
+
+
+def _plan_matrix(graph: Graph, node: object, cap: int) -> Tiling:
+    name: str = node.name  # type: ignore[attr-defined]
+    axes = matrix_axes(graph, node)
+    if axes is None:
+        return _refuse(name, "its input and output differ beyond the feature axis")
+    axis, rows = axes
+    x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
+    xs, ys = _shape(graph, x), _shape(graph, out)
+    order = ([] if rows < 0 else [rows]) + [a for a in range(len(ys)) if a not in (rows, axis)]
+    order.append(axis)
+
+    def need(box: Shape) -> int:
+        return math.prod(xs[a] if a == axis else n for a, n in enumerate(box)) + math.prod(box)
+
+    chunks = fit_chunks(ys, order, need, cap)
+    if chunks is None:
+        least = xs[axis] + 1
+        return _refuse(name, f"one input vector and one output need {least:,} elements", least)
+    return Tiling(name, Scheme.MATRIX, math.prod(xs), math.prod(ys),
+                  need(chunks.box_shape(ys)), chunks)  # fmt: skip
