@@ -162,12 +162,12 @@ def test_traffic_of_each_scheme_by_hand() -> None:
     assert t.read_elems == left * math.ceil(24 / n) + right * math.ceil(24 / m)
 
 
+HYPOTHESIS_BUILDS = ["conv3x3", "conv3x3_s2", "depthwise", "maxpool", "add", "matmul", "gemm",
+                     "transpose", "bn_training"]  # fmt: skip
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.sampled_from(["conv3x3", "conv3x3_s2", "depthwise", "maxpool", "add", "matmul", "gemm",
-                     "transpose", "bn_training"]),  # fmt: skip
-    st.integers(0, 10**6),
-)
+@given(st.sampled_from(HYPOTHESIS_BUILDS), st.integers(0, 10**6))
 def test_any_buffer_that_admits_a_tile_runs_as_modelled(build: str, draw: int) -> None:
     graph = _one_op(build)
     (group,) = unfused_plan(graph).groups

@@ -600,9 +600,10 @@ class GroupModel:
             compute = max(sum(m.stage_cycles for m in members), digital_cycles)  # stages share
         memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
         cycles = max(compute, memory) if hw.overlap_memory_compute else compute + memory
+        buffer_needed: int | None
+        over_buffer: bool | None
         if solo is not None:
-            buffer_needed, peak = solo.peak_elems * ab, None
-            over_buffer: bool | None = not solo.feasible
+            buffer_needed, peak, over_buffer = solo.peak_elems * ab, None, not solo.feasible
         else:
             buffer_needed, peak, over_buffer = self._buffer(s, group_mask, mode, exact_buffer)
         over_crossbars = crossbars > hw.n_crossbars and (hw.weights_resident or n_matrices > 1)

@@ -226,8 +226,8 @@ class _TiledRun:
                 v = part.astype(np.float64)
                 if bn:
                     axes = (0, *spatial)
-                    s1 += v.sum(axis=axes)  # type: ignore[operator]
-                    s2 += np.square(v).sum(axis=axes)  # type: ignore[operator]
+                    s1 += v.sum(axis=axes)
+                    s2 += np.square(v).sum(axis=axes)
                 elif is_max:
                     pool[box[0]] = np.maximum(pool[box[0]], v.max(axis=spatial))
                 else:
