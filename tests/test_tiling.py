@@ -48,6 +48,8 @@ def _one_op(build: str) -> Graph:
         b.bn(x)
     elif build == "mul_broadcast":  # a (1, C, 1, 1) activation: held whole, read once
         b.op("Mul", [x, b.input("s", (1, 16, 1, 1))])
+    elif build == "square":  # one tensor read twice: fetched once per box
+        b.op("Mul", [x, x])
     elif build == "softmax":
         b.op("Softmax", [x], {"axis": -1})
     elif build == "conv3x3":
@@ -92,6 +94,7 @@ CASES = {  # build -> (scheme, buffer bytes below its one-row need)
     "relu": (Scheme.POINT, 200),
     "bn": (Scheme.POINT, 200),
     "mul_broadcast": (Scheme.POINT, 200),
+    "square": (Scheme.POINT, 200),
     "softmax": (Scheme.POINT, 200),
     "conv3x3": (Scheme.WINDOW, 700),
     "conv3x3_s2": (Scheme.WINDOW, 500),
@@ -144,6 +147,8 @@ def test_traffic_of_each_scheme_by_hand() -> None:
     hw = HW.replace(buffer_bytes=400)
     add = _one_op("add")
     assert group_cost(add, unfused_plan(add).groups[0], hw).act_read_bytes == 2 * 16 * 144
+    square = _one_op("square")
+    assert group_cost(square, unfused_plan(square).groups[0], hw).act_read_bytes == 16 * 144
     bn = _one_op("bn_training")
     c = group_cost(bn, unfused_plan(bn).groups[0], HW.replace(buffer_bytes=1024))
     assert (c.act_read_bytes, c.act_write_bytes) == (2 * 2 * 16 * 144, 2 * 16 * 144)

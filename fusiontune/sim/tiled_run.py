@@ -123,16 +123,16 @@ class _TiledRun:
                 held[t] = self.fetch(t, tuple(slice(None) for _ in graph.tensors[t].shape))
         for box in tiling.chunks.boxes(shape):
             args: list[Array | None] = []
-            fetched = 0
+            parts: dict[str, Array] = {}  # a tensor read twice (x * x) is fetched once
             for k, (t, s) in enumerate(zip(op.inputs, streamed)):
                 if not t:
                     args.append(None)
                 elif graph.is_constant(t):
                     args.append(_const_box(op, k, np.asarray(graph.tensors[t].value), rank, box))
                 elif s:
-                    part = self.fetch(t, input_box(graph.tensors[t].shape, rank, box))
-                    fetched += part.size
-                    args.append(part)
+                    if t not in parts:
+                        parts[t] = self.fetch(t, input_box(graph.tensors[t].shape, rank, box))
+                    args.append(parts[t])
                 else:
                     args.append(held[t][input_box(held[t].shape, rank, box)])
             size = math.prod(b.stop - b.start for b in box)
@@ -140,7 +140,7 @@ class _TiledRun:
             y = np.asarray(run_fused(op, args)[0], dtype=DTYPE)
             assert y.size == size, f"{op.name}: tile computed {y.shape}"
             self.put(out, box, y)
-            self.free(size + fetched)
+            self.free(size + sum(v.size for v in parts.values()))
         self.free(sum(v.size for v in held.values()))
 
     # ---- window --------------------------------------------------------------------------------

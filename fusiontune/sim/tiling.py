@@ -191,9 +191,11 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     from fusiontune.sim.execute import group_structure, stored_tensors
 
     solo = Group(group.ops, Mode.SINGLE)
-    peak = group_peak(graph, solo, limit=cap)
     hit: Tiling | None = None
-    if not (peak.exact and peak.elems <= cap):
+    op = graph.op_by_name[group.ops[0]]
+    tensors = (*graph.activation_inputs(op), *(t for t in op.outputs if t))
+    whole = 2 * sum(_numel(graph, t) for t in tensors)  # > every tensor whole + accumulators
+    if whole > cap and not _fits_by_rows(graph, solo, cap):
         (node,) = group_structure(graph, solo)
         hit = plan_tiling(graph, node, stored_tensors(graph, solo), cap, ab)
         if not hit.feasible and hit.peak_elems == 0:
@@ -205,6 +207,13 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     while len(_CACHE) > MAX_CACHED:
         _CACHE.popitem(last=False)
     return hit
+
+
+def _fits_by_rows(graph: Graph, group: Group, cap: int) -> bool:
+    from fusiontune.sim.capacity import group_peak
+
+    peak = group_peak(graph, group, limit=cap)
+    return peak.exact and peak.elems <= cap
 
 
 def clear_cache() -> None:
@@ -292,8 +301,9 @@ def _plan_point(
     banned = stats_axes(graph, op) if op.op_class is OpClass.STATS else frozenset()
     if banned is None:
         return _refuse(op.name, "its statistics axes are unknown")
-    ins = [_shape(graph, t) for t, s in zip(op.inputs, streamed) if s]
-    held = sum(_numel(graph, t) for t, s in zip(op.inputs, streamed)
+    pairs = dict(zip(op.inputs, streamed))  # a tensor read twice (x * x) is fetched once
+    ins = [_shape(graph, t) for t, s in pairs.items() if t and s]
+    held = sum(_numel(graph, t) for t, s in pairs.items()
                if t and not s and not graph.is_constant(t))  # fmt: skip
     last = -1  # positions up to here may be cut: no input broadcast there, nothing reduced
     for k, a in enumerate(order):
