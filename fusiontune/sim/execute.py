@@ -69,7 +69,8 @@ class Execution:
         group_read_bytes: per group (plan order), bytes fetched.
         group_write_bytes: per group (plan order), bytes written.
         group_peak_buffer_bytes: per group, in execution order, the most bytes on chip at once.
-        group_band_rows: per group, in execution order, the rows per band it ran with.
+        group_band_rows: per group, in execution order, the rows per band it ran with
+            (0: a singleton that ran tiled through DRAM, ``sim/tiling.py``).
         numerics: ``"float"`` or ``"cim"``.
         peak_band_rows: for each tensor on chip, the most rows (along its row axis) held at
             once; below the tensor's height when it never existed whole.
