@@ -52,6 +52,10 @@ def _one_op(build: str) -> Graph:
         b.op("Mul", [x, x])
     elif build == "softmax":
         b.op("Softmax", [x], {"axis": -1})
+    elif build == "softmax_rows":  # over the row axis: not row-local, boxes keep it whole
+        b.op("Softmax", [x], {"axis": 2})
+    elif build == "add_other_rank":  # operands of different row axes: not row-aligned
+        b.add(b.input("u", (3, 4, 6)), b.input("w", (4, 1)))
     elif build == "conv3x3":
         b.conv(x, 24, 3)
     elif build == "conv3x3_s2":
@@ -96,6 +100,8 @@ CASES = {  # build -> (scheme, buffer bytes below its one-row need)
     "mul_broadcast": (Scheme.POINT, 200),
     "square": (Scheme.POINT, 200),
     "softmax": (Scheme.POINT, 200),
+    "softmax_rows": (Scheme.POINT, 200),
+    "add_other_rank": (Scheme.POINT, 100),
     "conv3x3": (Scheme.WINDOW, 700),
     "conv3x3_s2": (Scheme.WINDOW, 500),
     "conv1x1_s2": (Scheme.WINDOW, 300),
@@ -168,7 +174,7 @@ def test_traffic_of_each_scheme_by_hand() -> None:
 
 
 HYPOTHESIS_BUILDS = ["conv3x3", "conv3x3_s2", "depthwise", "maxpool", "add", "matmul", "gemm",
-                     "transpose", "bn_training"]  # fmt: skip
+                     "transpose", "bn_training", "softmax_rows"]  # fmt: skip
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -182,6 +188,39 @@ def test_any_buffer_that_admits_a_tile_runs_as_modelled(build: str, draw: int) -
                  or t.feasible)  # fmt: skip
     buffer = least + draw % max(1, rows - least)
     _run_single(graph, HW.replace(buffer_bytes=buffer))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["conv", "depthwise", "MaxPool", "AveragePool"]),
+    st.tuples(st.integers(1, 2), st.sampled_from([2, 4]), st.integers(3, 9), st.integers(3, 9)),
+    st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(0, 2), st.integers(0, 1)),
+    st.integers(0, 10**6),
+)
+def test_window_geometries_tile_as_modelled(
+    kind: str, shape: tuple[int, int, int, int], geometry: tuple[int, int, int, int], draw: int
+) -> None:
+    """Strides, pads, ceil mode and borders: every strip and row of a window tile."""
+    k, stride, pad, ceil = geometry
+    pad = min(pad, k - 1) if kind in ("conv", "depthwise") else min(pad, k // 2)
+    b = GraphBuilder("window", seed=draw % 7)
+    x = b.input("x", shape)
+    if kind == "conv":
+        b.conv(x, 5, k, stride=stride, pad=pad)
+    elif kind == "depthwise":
+        b.conv(x, shape[1], k, stride=stride, pad=pad, group=shape[1])
+    else:
+        attrs = {"kernel_shape": (k, k), "strides": (stride, stride), "pads": (pad,) * 4,
+                 "ceil_mode": ceil}  # fmt: skip
+        b.op(kind, [x], attrs)
+    graph = b.build()
+    (group,) = unfused_plan(graph).groups
+    rows = group_peak(graph, group).elems
+    fits = [c for c in range(2, rows)
+            if (t := singleton_tiling(graph, group, HW.replace(buffer_bytes=c))) is not None
+            and t.feasible]  # fmt: skip
+    if fits:
+        _run_single(graph, HW.replace(buffer_bytes=fits[draw % len(fits)]))
 
 
 def test_an_op_that_cannot_tile_names_itself_and_its_bytes() -> None:

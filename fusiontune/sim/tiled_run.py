@@ -116,7 +116,7 @@ class _TiledRun:
         out = op.outputs[0]
         shape = graph.tensors[out].shape
         rank = len(shape)
-        streamed = node_row_map(graph, self.node).streamed
+        streamed = tiling.streamed
         held: dict[str, Array] = {}
         for t, s in zip(op.inputs, streamed):
             if t and not s and not graph.is_constant(t) and t not in held:

@@ -12,10 +12,12 @@ below instead, and this module predicts what that moves and holds; the executor
 Schemes (a *box* is one index along some axes, a range along one, full along the rest;
 :class:`Chunks`):
 
-- ``point`` — element-wise, per-channel and other row-local ops (``RowKind.POINT``): the
-  output is cut into boxes (rows outermost, then the other axes in order; axes a STATS op
-  reduces over stay whole); each box reads the same box of every streamed input. Inputs
-  broadcast along the row axis are held whole for the op's duration. Traffic is unchanged.
+- ``point`` — element-wise, per-channel and other row-local ops (``RowKind.POINT``), and
+  element-wise ops, softmax and normalizations that are not row-aligned: the output is cut
+  into boxes (rows outermost, then the other axes in order; axes a STATS op reduces over, and
+  axes a streamed input is broadcast along, stay whole); each box reads the same box of every
+  streamed input. Inputs not streamed are held whole for the op's duration, read once.
+  Traffic is unchanged.
 - ``window`` — Conv, depthwise/grouped Conv, pools on NCHW: the output is cut into
   ``t_w``-column strips and ``t_c``-channel tiles; each (channel tile, strip) streams down
   the rows through a line buffer of its input columns (halo columns included, so the halo
@@ -117,16 +119,15 @@ class Chunks:
 
 
 def fit_chunks(
-    shape: Shape, order: Sequence[int], need: Callable[[Shape], int], cap: int, last: int = -1
+    shape: Shape, order: Sequence[int], need: Callable[[Shape], int], cap: int
 ) -> Chunks | None:
     """The largest boxes whose ``need(box_shape)`` fits ``cap``: the outermost split position
-    ``j`` (at most ``last`` when given, ``>= 0``) at which a one-long box fits, then the
-    longest range there (``need`` grows with the box)."""
+    ``j`` at which a one-long box fits, then the longest range there (``need`` grows with the
+    box)."""
     order = tuple(order)
     if not order:
         return Chunks((), 0, 1) if need(shape) <= cap else None
-    stop = len(order) if last < 0 else min(last + 1, len(order))
-    for j in range(stop):
+    for j in range(len(order)):
         probe = Chunks(order, j, 1)
         if need(probe.box_shape(shape)) > cap:
             continue
@@ -154,6 +155,7 @@ class Tiling:
         chunks: the boxes of the ``point``, ``reduce`` and ``copy`` schemes.
         tile: ``window``: ``(t_w, t_c)``; ``reduce``: ``(t_c,)``; ``matmul``: ``(m, n)``.
         reason: why the op cannot run even tiled (empty when it can).
+        streamed: ``point``: per op input, read box by box (else held whole, read once).
     """
 
     op: str
@@ -164,6 +166,7 @@ class Tiling:
     chunks: Chunks | None = None
     tile: tuple[int, ...] = ()
     reason: str = ""
+    streamed: tuple[bool, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -248,6 +251,15 @@ def plan_tiling(
         plan = _plan_matrix(graph, node, cap)
     elif rm.kind is RowKind.POINT and p is None:
         plan = _plan_point(graph, op, rm.streamed, stored, cap)
+    elif p is None and (
+        op.op_class in (OpClass.ELEMWISE, OpClass.AFFINE, OpClass.BINARY)
+        or (op.op_class is OpClass.STATS and stats_axes(graph, op) is not None)
+    ):  # not row-aligned (a softmax over the row axis, an operand of another height): boxes
+        # read the inputs shaped like the output and hold the others whole
+        out = _shape(graph, op.outputs[0])
+        aligned = tuple(bool(t) and not graph.is_constant(t) and _shape(graph, t) == out
+                        for t in op.inputs)  # fmt: skip
+        plan = _plan_point(graph, op, aligned, stored, cap)
     else:
         plan = _refuse(name, f"{op.op_type} ({op.op_class.name}) has no tiled schedule")
     if not plan.feasible:
@@ -305,25 +317,24 @@ def _plan_point(
     ins = [_shape(graph, t) for t, s in pairs.items() if t and s]
     held = sum(_numel(graph, t) for t, s in pairs.items()
                if t and not s and not graph.is_constant(t))  # fmt: skip
-    last = -1  # positions up to here may be cut: no input broadcast there, nothing reduced
-    for k, a in enumerate(order):
-        lead = [rank - len(s) for s in ins]
-        if a in banned or any(
-            shape[a] > 1 and (a < ld or s[a - ld] != shape[a]) for s, ld in zip(ins, lead)
-        ):
-            break
-        last = k
+
+    def cut(a: int) -> bool:  # boxes may partition axis a: nothing reduced or broadcast there
+        return a not in banned and all(
+            shape[a] == 1 or (a >= rank - len(s) and s[a - rank + len(s)] == shape[a]) for s in ins
+        )
+
+    order = [a for a in order if cut(a)]  # the other axes are whole in every box
 
     def need(box: Shape) -> int:
         return held + sum(box_elems(s, rank, box) for s in ins) + math.prod(box)
 
-    chunks = None if last < 0 else fit_chunks(shape, order, need, cap, last)
+    chunks = fit_chunks(shape, order, need, cap)
     if chunks is None:
-        least = need(Chunks(tuple(order), max(last, 0), 1).box_shape(shape))
+        least = need(Chunks(tuple(order), max(len(order) - 1, 0), 1).box_shape(shape))
         return _refuse(op.name, f"its smallest box needs {least:,} elements", least)
     reads = held + sum(math.prod(s) for s in ins)
     return Tiling(op.name, Scheme.POINT, reads, sum(_numel(graph, t) for t in used),
-                  need(chunks.box_shape(shape)), chunks)  # fmt: skip
+                  need(chunks.box_shape(shape)), chunks, streamed=streamed)  # fmt: skip
 
 
 # ---- window -----------------------------------------------------------------------------------
