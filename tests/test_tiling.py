@@ -78,6 +78,8 @@ def _one_op(build: str) -> Graph:
         b.reshape(x, (1, 16, 144))
     elif build == "transpose":
         b.op("Transpose", [x], {"perm": (0, 2, 3, 1)})
+    elif build == "concat":
+        b.op("Concat", [x, b.input("y", (1, 8, 12, 12))], {"axis": 1})
     elif build == "matmul":
         b.op("MatMul", [b.input("q", (1, 2, 24, 16)), b.input("k", (1, 2, 16, 24))])
     elif build == "gemm":
@@ -113,6 +115,7 @@ CASES = {  # build -> (scheme, buffer bytes below its one-row need)
     "global_pool": (Scheme.REDUCE, 64),
     "reshape": (Scheme.COPY, 100),
     "transpose": (Scheme.COPY, 100),
+    "concat": (Scheme.COPY, 100),
     "matmul": (Scheme.MATMUL, 400),
     "gemm": (Scheme.MATRIX, 120),
 }
@@ -174,7 +177,7 @@ def test_traffic_of_each_scheme_by_hand() -> None:
 
 
 HYPOTHESIS_BUILDS = ["conv3x3", "conv3x3_s2", "depthwise", "maxpool", "add", "matmul", "gemm",
-                     "transpose", "bn_training", "softmax_rows"]  # fmt: skip
+                     "transpose", "bn_training", "softmax_rows", "concat"]  # fmt: skip
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -27,6 +27,7 @@ from fusiontune.sim.tiling import (
     Scheme,
     Tiling,
     WindowGeometry,
+    concat_chunks,
     input_box,
     matrix_axes,
     transpose_perm,
@@ -259,9 +260,23 @@ class _TiledRun:
     # ---- copy ----------------------------------------------------------------------------------
     def copy(self, tiling: Tiling) -> None:
         op, graph = self.op, self.graph
+        out = next(t for t in op.outputs if t)
+        if op.op_type == "Concat":
+            axis = int(op.attr("axis"))
+            axis %= len(graph.tensors[out].shape)
+            offset = 0
+            for t in (t for t in op.inputs if t):
+                shape = graph.tensors[t].shape
+                for box in concat_chunks(graph, t, self.chip.capacity // self.ab).boxes(shape):
+                    part = self.fetch(t, box)
+                    at = box[axis]
+                    slot = slice(at.start + offset, at.stop + offset)
+                    self.put(out, (*box[:axis], slot, *box[axis + 1 :]), part)
+                    self.free(part.size)
+                offset += shape[axis]
+            return
         assert tiling.chunks is not None
         x = graph.activation_inputs(op)[0]
-        out = next(t for t in op.outputs if t)
         xs = graph.tensors[x].shape
         if def_of(op).reorders:
             perm = transpose_perm(op, len(xs))

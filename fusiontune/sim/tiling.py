@@ -29,7 +29,8 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   statistics pass reads the input box by box into per-channel accumulators; BatchNorm then
   reads it again to normalize and write the output (traffic ``2 x input + output``).
 - ``copy`` — layout ops: a DMA copy through one staging chunk (flat for Reshape-like views,
-  a box of the input for Transpose): bytes in = bytes out.
+  a box of the input for Transpose; for Concat, boxes of each input into its slot of the
+  output): bytes in = bytes out.
 - ``matrix`` — a LINEAR op applied by rows (Gemm, MatMul with a constant weight): the
   output is cut into boxes with its feature axis innermost; each input box (all its
   features) is fetched once and stays while its output columns are computed block by
@@ -245,6 +246,8 @@ def plan_tiling(
         plan = _plan_reduce(graph, op, stored, cap)
     elif op.op_class is OpClass.LAYOUT:
         plan = _plan_copy(graph, op, cap)
+    elif op.op_type == "Concat":
+        plan = _plan_concat(graph, op, cap)
     elif op.op_type == "MatMul" and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
     elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
@@ -497,6 +500,25 @@ def _plan_copy(graph: Graph, op: Op, cap: int) -> Tiling:
     assert chunks is not None  # a one-element box always fits a buffer of >= 1 element
     shape = xs if def_of(op).reorders else (total,)
     return Tiling(op.name, Scheme.COPY, total, total, math.prod(chunks.box_shape(shape)), chunks)
+
+
+def _plan_concat(graph: Graph, op: Op, cap: int) -> Tiling:
+    ins = [t for t in op.inputs if t]
+    if any(graph.is_constant(t) for t in ins):
+        return _refuse(op.name, "a constant operand has no DRAM copy to stream")
+    chunk = 0
+    for t in ins:
+        chunk = max(chunk, math.prod(concat_chunks(graph, t, cap).box_shape(_shape(graph, t))))
+    reads = sum(_numel(graph, t) for t in ins)
+    return Tiling(op.name, Scheme.COPY, reads, _numel(graph, op.outputs[0]), chunk)
+
+
+def concat_chunks(graph: Graph, tensor: str, cap: int) -> Chunks:
+    """The staging boxes of one Concat operand (the largest that fit ``cap``)."""
+    shape = _shape(graph, tensor)
+    found = fit_chunks(shape, range(len(shape)), math.prod, cap)
+    assert found is not None
+    return found
 
 
 def transpose_perm(op: Op, rank: int) -> tuple[int, ...]:
