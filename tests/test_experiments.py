@@ -187,6 +187,17 @@ def test_codesign_more_buffer_never_costs_more_traffic() -> None:
 
 
 # ---- bench_optimizer ----------------------------------------------------------------------
+def test_tiling_rows_relate_unfused_optimum_and_bound() -> None:
+    exp = _load("exp_tiling")
+    row, kinds = exp.model_rows("mobilenet_v2")
+    assert row["unfused_feasible"] and row["tiled_ops"] == sum(k["ops"] for k in kinds) == 1
+    assert kinds[0]["op_type"] == "Conv" and kinds[0]["scheme"] == "window"
+    assert row["optimum_status"] == "optimal"
+    bound, best = row["capacity_bound_bytes"], row["optimum_traffic_bytes"]
+    assert bound <= best <= row["greedy_traffic_bytes"] <= row["unfused_traffic_bytes"]
+    assert row["tiled_reread_bytes"] >= 0
+
+
 def test_bench_optimizer_rows_relate_optimum_capped_and_bounds() -> None:
     bench = _load("bench_optimizer")
     rows = bench.zoo_rows(["lenet5", "mlp_bottleneck"], ["isaac_reram", "sram_edge"])

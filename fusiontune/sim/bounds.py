@@ -21,6 +21,13 @@ plan.
   over the path) bounds the path's tensors together, which is what makes the bound useful
   when each tensor alone could stay on chip but not all of them at once.
 
+A group of one op never needs the buffer: when it does not fit one row at a time it runs
+tiled through DRAM (:mod:`fusiontune.sim.tiling`), writing each output once and reading each
+input at least once (a tiled schedule only re-reads: halos, operands, a second statistics
+pass). So the per-tensor argument above holds for singletons as it is: the bound counts one
+read per reading group and never asks whether a singleton fits; only groups of two or more
+ops (the hulls above) are judged by the buffer.
+
 On a chip where the whole network fits, both bounds agree; on small buffers the capacity bound
 is the one that says how far a plan can still be from the best possible.
 """

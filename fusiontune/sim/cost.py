@@ -6,7 +6,10 @@ The evaluation reads as a short list of stages, per group:
    itself (graph inputs included) plus bytes of each tensor it produces that is consumed
    outside it or is a graph output (unused optional outputs cost nothing);
    ``act_bytes = ceil(act_bits / 8)`` per element. Weights are programmed from DRAM once
-   per inference (``weight_load_bytes``) unless ``hw.weights_resident``. With
+   per inference (``weight_load_bytes``) unless ``hw.weights_resident``. A group of one op
+   that does not fit the buffer one row at a time runs tiled through DRAM
+   (:mod:`fusiontune.sim.tiling`); the inputs its tiles re-read count as activation reads
+   (the executor's DMA counts them). With
    ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
    schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel._weight_reload`).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
@@ -229,7 +232,9 @@ def group_metrics(group: Group, totals: GroupTotals, hw: HardwareConfig) -> Grou
     ab = hw.act_bytes
     name = _group_name(group)
     violations: list[str] = []
-    if totals.over_buffer:
+    if totals.over_buffer and totals.tiling is not None:
+        violations.append(f"group {name}: {totals.tiling.reason}")
+    elif totals.over_buffer:
         peak = totals.peak
         assert peak is not None, "group_metrics needs the exact peak (evaluate, not finish)"
         violations.append(

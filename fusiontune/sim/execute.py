@@ -48,6 +48,8 @@ from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.rows import RowKind, row_map
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, node_row_map
+from fusiontune.sim.tiled_run import run_tiled
+from fusiontune.sim.tiling import singleton_tiling
 
 BAND_ELEMS_TARGET = 65536  # elements per band of each tensor (halved until a group fits the buffer)
 NUMERICS = ("float", "cim")
@@ -68,7 +70,8 @@ class Execution:
         group_read_bytes: per group (plan order), bytes fetched.
         group_write_bytes: per group (plan order), bytes written.
         group_peak_buffer_bytes: per group, in execution order, the most bytes on chip at once.
-        group_band_rows: per group, in execution order, the rows per band it ran with.
+        group_band_rows: per group, in execution order, the rows per band it ran with
+            (0: a singleton that ran tiled through DRAM, ``sim/tiling.py``).
         numerics: ``"float"`` or ``"cim"``.
         peak_band_rows: for each tensor on chip, the most rows (along its row axis) held at
             once; below the tensor's height when it never existed whole.
@@ -576,12 +579,23 @@ def _run_group(
     band_rows: int | None,
     matmul: MatmulFn,
 ) -> GroupStats:
-    """Run one group; without a given band height, halve the bands until the group fits."""
+    """Run one group; without a given band height, halve the bands until the group fits.
+
+    A group of one op whose one-row schedule overflows the buffer runs tiled through DRAM
+    (:mod:`fusiontune.sim.tiling`); ``band_rows`` does not apply to it.
+    """
     label = (
         f"[{group.ops[0]}]"
         if len(group.ops) == 1
         else (f"[{group.ops[0]} .. {group.ops[-1]}] ({len(group.ops)} ops)")
     )
+    tiling = singleton_tiling(graph, group, hw)
+    if tiling is not None:  # one op that does not fit one row at a time: tiled through DRAM
+        if not tiling.feasible:
+            raise CapacityError(f"group {label}: {tiling.reason}")
+        (node,) = nodes
+        return run_tiled(graph, index, label, node, tiling, stored, dram, hw.buffer_bytes,
+                         matmul)  # fmt: skip
     elems = BAND_ELEMS_TARGET
     while True:
         runner = GroupRunner(graph, index, label, nodes, stored, dram, hw.buffer_bytes,

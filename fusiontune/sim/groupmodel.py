@@ -48,6 +48,7 @@ from fusiontune.sim.needs import (
     window_rows,
 )
 from fusiontune.sim.rows import RowKind, height, row_elems, row_map
+from fusiontune.sim.tiling import Tiling, singleton_tiling
 
 MAX_MODELS = 32  # (graph, hardware) models kept alive at once
 # Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
@@ -348,9 +349,11 @@ class GroupState(NamedTuple):
     max_stage: int
     fill: int
     n_linear: int
+    n_ops: int  # members so far (a singleton may run tiled: sim/tiling.py)
+    last_op: int  # the op that joined last (the singleton's op when ``n_ops == 1``)
 
 
-EMPTY = GroupState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+EMPTY = GroupState(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1)
 
 
 class GroupTotals(NamedTuple):
@@ -368,6 +371,7 @@ class GroupTotals(NamedTuple):
     over_buffer: bool | None
     over_crossbars: bool
     peak: Peak | None = None  # what the peak holds (elements), when replayed
+    tiling: Tiling | None = None  # a singleton that runs tiled through DRAM (sim/tiling.py)
 
     @property
     def feasible(self) -> bool:
@@ -391,6 +395,7 @@ class GroupModel:
         self._extra = bool(hw.array_units or hw.psum_bits or hw.weight_reload)
         self._base = -1
         self._ctx: dict[int, _Context] = {}
+        self._solo: dict[int, Tiling | None] = {}
 
     # ---- the Accumulator protocol --------------------------------------------------------------
     def start(self, base: int) -> GroupState:
@@ -428,7 +433,7 @@ class GroupModel:
                 digital += st.element_ops[v]
                 buffer += st.buffer_elems[v]
             return GroupState(read_mask, read_elems, write_elems, lb, ub, digital, buffer,
-                              *state[7:])  # fmt: skip
+                              *state[7:-2], state.n_ops + 1, v)  # fmt: skip
         out = st.out_elems[v]
         return GroupState(
             read_mask, read_elems, write_elems, lb, ub, state.digital,
@@ -445,17 +450,25 @@ class GroupModel:
             max(state.max_stage, lin.stage_cycles),
             max(state.fill, ctx.start),
             state.n_linear + 1,
+            state.n_ops + 1,
+            v,
         )  # fmt: skip
 
     def dead(self, state: GroupState, merge_possible: bool) -> bool:
         """Whether no group containing this one (grown from the same base) is feasible.
 
         Monotone facts only: the capacity lower bound (one op's own moment) only grows, and
-        without a merge the crossbars of the members only add up.
+        without a merge the crossbars of the members only add up. A lone op over the buffer
+        is alive when it can run tiled (:mod:`fusiontune.sim.tiling`); every group grown from
+        it is then dead.
         """
         hw = self.hw
         if state.lb_elems * hw.act_bytes > hw.buffer_bytes:
-            return True
+            if state.n_ops != 1:
+                return True
+            solo = self.solo(state.last_op)
+            if solo is not None and not solo.feasible:
+                return True
         if merge_possible or state.crossbars <= hw.n_crossbars:
             return False
         return hw.weights_resident or state.n_linear >= 2
@@ -473,6 +486,9 @@ class GroupModel:
     def fits(self, group_mask: int, mode: Mode) -> bool:
         """Whether the group's schedule stays within the buffer (replayed, stopping early)."""
         ab, cap = self.hw.act_bytes, self.hw.buffer_bytes
+        if not group_mask & (group_mask - 1):
+            solo = self.solo(group_mask.bit_length() - 1)
+            return solo is None or solo.feasible
         names = self.st.graph_names
         group = Group(tuple(names[i] for i in bits(group_mask)), mode)
         peak = group_peak(self.graph, group, limit=cap // ab)
@@ -550,11 +566,19 @@ class GroupModel:
             lin_buffer = out + lin.vector_reads
         ab = hw.act_bytes
         act_read, act_write = s.read_elems * ab, s.write_elems * ab
+        solo = None
+        if group_mask and not group_mask & (group_mask - 1):
+            solo = self.solo(group_mask.bit_length() - 1)
+        untiled_read = act_read
+        if solo is not None:  # a singleton tiled through DRAM: its re-reads are DMA reads too
+            assert solo.read_elems >= s.read_elems or not solo.feasible, solo
+            act_read = max(act_read, solo.read_elems * ab)
         weight_load = 0 if hw.weights_resident else weight_bytes
         programmed = 0 if hw.weights_resident else programmed
         reload_weights = reload_inputs = psum_bytes = 0
         if matrix is not None:
-            reload_weights, reload_inputs, loads = _weight_reload(matrix, hw, act_read, crossbars)
+            reload_weights, reload_inputs, loads = _weight_reload(matrix, hw, untiled_read,
+                                                                  crossbars)  # fmt: skip
             programmed *= loads
         reload = reload_weights + reload_inputs
         if members and hw.psum_bits:
@@ -578,7 +602,12 @@ class GroupModel:
             compute = max(sum(m.stage_cycles for m in members), digital_cycles)  # stages share
         memory = math.ceil(dram_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps)
         cycles = max(compute, memory) if hw.overlap_memory_compute else compute + memory
-        buffer_needed, peak, over_buffer = self._buffer(s, group_mask, mode, exact_buffer)
+        buffer_needed: int | None
+        over_buffer: bool | None
+        if solo is not None:
+            buffer_needed, peak, over_buffer = solo.peak_elems * ab, None, not solo.feasible
+        else:
+            buffer_needed, peak, over_buffer = self._buffer(s, group_mask, mode, exact_buffer)
         over_crossbars = crossbars > hw.n_crossbars and (hw.weights_resident or n_matrices > 1)
         values = (
             act_read, act_write, weight_load, reload, act_read + act_write, dram_bytes,
@@ -595,7 +624,15 @@ class GroupModel:
             over_buffer=over_buffer,
             over_crossbars=over_crossbars,
             peak=peak,
+            tiling=solo,
         )
+
+    def solo(self, v: int) -> Tiling | None:
+        """The tiled schedule of op ``v`` alone (``None``: it fits one row at a time)."""
+        if v not in self._solo:
+            group = Group((self.st.graph_names[v],), Mode.SINGLE)
+            self._solo[v] = singleton_tiling(self.graph, group, self.hw)
+        return self._solo[v]
 
     def _buffer(
         self, s: GroupState, group_mask: int, mode: Mode, exact: bool

@@ -83,6 +83,7 @@ class Dram:
         self.read_bytes = [0] * n_groups
         self.write_bytes = [0] * n_groups
         self._written_by: dict[int, list[str]] = {}
+        self._box_elems: dict[str, int] = {}
 
     def ready(self, tensor: str) -> bool:
         return tensor in self.values and self.rows_written.get(tensor, -1) < 0
@@ -110,6 +111,37 @@ class Dram:
             done, total = a + rows.shape[axis], shape[axis]
         self.rows_written[tensor] = -1 if done >= total else done
         self.write_bytes[group] += rows.size * self.act_bytes
+
+    def read_box(
+        self, group: int, tensor: str, box: tuple[slice, ...], view: tuple[int, ...] | None = None
+    ) -> Array:
+        """Fetch one box of a DRAM tensor (of its reshaped ``view`` when given), counted."""
+        value = self.values[tensor]
+        part = (value if view is None else value.reshape(view))[box]
+        self.read_bytes[group] += part.size * self.act_bytes
+        return part
+
+    def write_box(
+        self,
+        group: int,
+        tensor: str,
+        box: tuple[slice, ...],
+        part: Array,
+        view: tuple[int, ...] | None = None,
+    ) -> None:
+        """Write one box of a tensor (tiled singletons); it is ready once every element is."""
+        shape = self.graph.tensors[tensor].shape
+        if tensor not in self.values:
+            self.values[tensor] = np.empty(shape, dtype=DTYPE)
+            self.rows_written[tensor] = 0
+            self._box_elems[tensor] = 0
+            self._written_by.setdefault(group, []).append(tensor)
+        target = self.values[tensor]
+        (target if view is None else target.reshape(view))[box] = part
+        self._box_elems[tensor] += part.size
+        if self._box_elems[tensor] >= math.prod(shape):
+            self.rows_written[tensor] = -1
+        self.write_bytes[group] += part.size * self.act_bytes
 
     def forget_group(self, group: int) -> None:
         """Undo a group's writes and counts (it runs again with smaller bands)."""
