@@ -32,9 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--patterns", default=None, metavar="P1,P2,...",
                    help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
     p.add_argument("--budget", type=positive_int, default=DEFAULT_COUNT_BUDGET, metavar="N",
-                   help="work units (walked groups) for counting and explaining; past it the "
-                   "count is a proven lower bound and the explanation lists the patterns found "
-                   f"(default {DEFAULT_COUNT_BUDGET:,}, about a second)")  # fmt: skip
+                   help="work units (about a microsecond each) for counting and for explaining; "
+                   "past them the count is a proven lower bound and the explanation lists the "
+                   f"patterns found (default {DEFAULT_COUNT_BUDGET:,})")  # fmt: skip
     p.set_defaults(func=run)
 
 

@@ -34,9 +34,14 @@ from fusiontune.planner.legality import GroupView, legal_modes
 from fusiontune.planner.plan import PlannerConfig
 from fusiontune.planner.remainders import OverBudget, Remainders
 
-DEFAULT_COUNT_BUDGET = 50_000
-"""Work units (walked nodes, inclusion-exclusion terms) of :func:`count_within` by default:
-about one second of one core, measured by ``experiments/bench_cli.py``."""
+DEFAULT_COUNT_BUDGET = 1_000_000
+"""Work units (:mod:`fusiontune.planner.remainders`: about a microsecond of an idle core
+each) of :func:`count_within` and ``fusiontune plans`` by default; times measured by
+``experiments/bench_cli.py``."""
+
+
+TERM_UNITS = 2
+"""Work units of one inclusion-exclusion term (its split into remainders costs apart)."""
 
 
 @dataclass(frozen=True)
@@ -71,15 +76,16 @@ def count_within(
     Memory and time grow with the budget, never with the graph's number of ideals.
     """
     cfg = config or PlannerConfig()
+    half = max(1, budget // 2)  # the exact count first, the lower bound without P4 second
     try:
-        return PlanCount(_count(graph, cfg, budget), True)
+        return PlanCount(_count(graph, cfg, half), True)
     except OverBudget:
         pass
-    why = f"the exact count needs more than {budget:,} steps of work"
+    why = f"the exact count needs more than {half:,} units of work"
     if "P4" in cfg.patterns:
         try:
             no_p4 = replace(cfg, patterns=cfg.patterns - {"P4"})
-            value = _count(graph, no_p4, budget)
+            value = _count(graph, no_p4, half)
             return PlanCount(value, False, f"{why}; counted: plans without P4 stream groups")
         except OverBudget:
             pass
@@ -133,7 +139,7 @@ def _terms(rem: Remainders, key: int) -> list[tuple[int, tuple[int, ...]]]:
                 if mj & union:
                     continue
                 u2, w2 = union | mj, weight * wj
-                rem.tick()
+                rem.tick(TERM_UNITS)
                 terms.append((-sign * w2, rem.split(key & ~u2)))
                 stack.append((j + 1, u2, -sign, w2))
     return terms

@@ -29,6 +29,10 @@ from fusiontune.planner._index import bits
 from fusiontune.planner.lattice import Lattice, Node, Transition
 from fusiontune.planner.plan import Mode
 
+NODE_UNITS = 10
+"""Work units of one walked node (a unit is about a microsecond of an idle core; one op
+visited while splitting a set into components costs one)."""
+
 
 class OverBudget(Exception):
     """The work budget of a :class:`Remainders` ran out (internal: callers fall back)."""
@@ -49,8 +53,8 @@ class Remainders:
 
     Args:
         lattice: the graph's lattice (planner configuration included).
-        budget: work units allowed (one per walked node or inclusion-exclusion term);
-            ``None``: unbounded.
+        budget: work units allowed (:data:`NODE_UNITS` per walked node, one per op visited
+            while splitting, a few per inclusion-exclusion term); ``None``: unbounded.
     """
 
     def __init__(self, lattice: Lattice, budget: int | None = None) -> None:
@@ -90,7 +94,7 @@ class Remainders:
                 comp |= front
             out.append(comp)
             left &= ~comp
-        self.tick(len(out))
+        self.tick(rest.bit_count())
         result = self._split[rest] = tuple(out)
         return result
 
@@ -106,7 +110,7 @@ class Remainders:
         """Every legal group that can be scheduled first in ``remainder``."""
 
         def visit(node: Node, modes: tuple[Mode, ...]) -> None:
-            self.tick()
+            self.tick(NODE_UNITS)
             if on_node is not None:
                 on_node(node, modes)
 

@@ -18,7 +18,7 @@ from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits
 from fusiontune.planner.lattice import PATTERN_BITS, Lattice, Node
 from fusiontune.planner.plan import Mode, PlannerConfig
-from fusiontune.planner.remainders import OverBudget, Remainders
+from fusiontune.planner.remainders import NODE_UNITS, OverBudget, Remainders
 
 LOCAL_WALK_MIN_NODES = 64
 """Nodes each edge's local walk may visit at least, once a budgeted summary ran out."""
@@ -54,12 +54,14 @@ def walk_summary(graph: Graph, config: PlannerConfig) -> WalkSummary:
 @lru_cache(maxsize=16)
 def summary_within(graph: Graph, config: PlannerConfig, budget: int) -> WalkSummary:
     """:func:`walk_summary` if it takes at most ``budget`` work units, else a proven partial
-    summary (``complete=False``) from about twice that work."""
+    summary (``complete=False``) from about that much work: half for the walks over
+    remainders, half for the local walks around the edges still unlabelled."""
     return _summarise(Lattice(graph, config), budget)
 
 
 def _summarise(lat: Lattice, budget: int | None) -> WalkSummary:
-    rem = Remainders(lat, budget)
+    half = None if budget is None else max(1, budget // 2)  # remainders, then local walks
+    rem = Remainders(lat, half)
     labeller = _EdgeLabeller(lat)
     seen: set[int] = set()
     queue: list[int] = []
@@ -78,7 +80,7 @@ def _summarise(lat: Lattice, budget: int | None) -> WalkSummary:
     except OverBudget:
         labeller.finish_walk()
         complete = False
-        _local_walks(lat, labeller, budget or 0)
+        _local_walks(lat, labeller, half or 0)
     labels = labeller.labels
     edges = tuple(sorted(e for e, lab in labels.items() if lab))
     return WalkSummary(
@@ -103,7 +105,7 @@ def _local_walks(lat: Lattice, labeller: _EdgeLabeller, budget: int) -> None:
     )
     if not todo:
         return
-    cap = max(LOCAL_WALK_MIN_NODES, budget // len(todo))
+    cap = max(LOCAL_WALK_MIN_NODES, budget // NODE_UNITS // len(todo))
     for p in todo:
         base = s.ix.anc[p]
         root = lat._root(base, None)
