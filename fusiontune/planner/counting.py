@@ -34,7 +34,7 @@ from fusiontune.planner.legality import GroupView, legal_modes
 from fusiontune.planner.plan import PlannerConfig
 from fusiontune.planner.remainders import OverBudget, Remainders
 
-DEFAULT_COUNT_BUDGET = 1_000_000
+DEFAULT_COUNT_BUDGET = 400_000
 """Work units (:mod:`fusiontune.planner.remainders`: about a microsecond of an idle core
 each) of :func:`count_within` and ``fusiontune plans`` by default; times measured by
 ``experiments/bench_cli.py``."""

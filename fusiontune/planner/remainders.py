@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fusiontune.planner._index import bits
 from fusiontune.planner.lattice import Lattice, Node, Transition
 from fusiontune.planner.plan import Mode
 
@@ -88,8 +87,10 @@ class Remainders:
             comp = front = left & -left
             while front:
                 grow = 0
-                for i in bits(front):
-                    grow |= nbr[i]
+                while front:  # the neighbours of every op of the front (bits inlined: hot)
+                    low = front & -front
+                    grow |= nbr[low.bit_length() - 1]
+                    front ^= low
                 front = grow & left & ~comp
                 comp |= front
             out.append(comp)
