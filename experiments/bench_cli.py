@@ -146,6 +146,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             for v, r in timed.items():
                 row[f"{v}_s"] = r["parsed"].get(key)
                 row[f"{v}_status"] = r["status"]
+                row[f"{v}_rss_mb"] = r["rss_mb"]  # of the whole child: load, greedy, optimum
             if "base" in timed and row.get("base_s") and row.get("new_s"):
                 row["speedup"] = row["base_s"] / row["new_s"]
             row["ops"] = timed["new"]["parsed"].get("ops")

@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.limit:
         report["first_plans"] = [p.to_dict() for p in enumerate_plans(graph, args.limit, cfg)]
+    explained = explain(graph, cfg, args.budget) if args.explain else []
     if args.explain:
-        report["explain"] = [e.to_dict() for e in explain(graph, cfg, args.budget)]
+        report["explain"] = [e.to_dict() for e in explained]
     if args.out:
         Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
     if args.json:
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     print(_as_text(graph, report))
     if args.explain:
         print()
-        print(format_explanations(explain(graph, cfg, args.budget)))
+        print(format_explanations(explained))
     if args.out:
         print(f"greedy plan written to {args.out}")
     return 0
