@@ -33,7 +33,7 @@ from exp_common import RESULTS_DIR, machine_line, markdown_table
 REPO_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = REPO_DIR / "experiments" / ".sweep_cache"
 DEFAULT_TIMEOUT_S = 60.0  # per command; the baseline runs for an hour on some graphs
-OPTIMUM_TIME_LIMIT_S = 10.0  # optimal_plan's own time limit (it returns a gap then)
+OPTIMUM_TIME_LIMIT_S = 5.0  # optimal_plan's own time limit (it returns a gap then)
 MODELS_RUNS = 3  # `fusiontune models` is timed this often (median)
 TARGET_PLANS_S = 3.0
 TARGET_MODELS_S = 1.0
@@ -108,6 +108,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         versions["base"] = Path(args.baseline).resolve()
     py = sys.executable
     cli = [py, "-m", "fusiontune.cli.main"]
+    load_start = os.getloadavg()[0]  # 1-minute load: the machine may be shared
     rows: list[dict[str, Any]] = []
 
     def record(model: str, command: str, timed: dict[str, dict[str, Any]]) -> None:
@@ -152,7 +153,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             row["ops"] = timed["new"]["parsed"].get("ops")
             rows.append(row)
             print(json.dumps(row), flush=True)
-    return {"rows": rows, "versions": {v: str(d) for v, d in versions.items()}}
+    return {
+        "rows": rows,
+        "versions": {v: str(d) for v, d in versions.items()},
+        "load_average_start_end": [load_start, os.getloadavg()[0]],
+    }
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,6 +183,7 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write(result: dict[str, Any], args: argparse.Namespace, out_dir: Path) -> list[Path]:
     rows = result["rows"]
+    load = result["load_average_start_end"]
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "bench_cli.json"
     json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
@@ -192,6 +198,9 @@ def write(result: dict[str, Any], args: argparse.Namespace, out_dir: Path) -> li
         f"{'the baseline checkout ' + str(args.baseline) if args.baseline else 'not run'}. "
         f"`speedup` = base / new, same run. Targets: plans <= {TARGET_PLANS_S:.0f} s, "
         f"models <= {TARGET_MODELS_S:.0f} s.\n",
+        f"Load average (1 min) at start / end: {load[0]:.1f} / {load[1]:.1f} on "
+        f"{os.cpu_count()} cores: wall times include waiting for a core; the ratios are "
+        "same-run.\n",
         "## Worst case per command\n\n" + markdown_table(summarise(rows)),
         "## Every model\n\n" + markdown_table(rows, cols),
         "## Coverage\n\n"

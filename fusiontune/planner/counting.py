@@ -40,6 +40,10 @@ each) of :func:`count_within` and ``fusiontune plans`` by default; times measure
 ``experiments/bench_cli.py``."""
 
 
+CHAIN_INTERVAL_MAX_OPS = 32
+"""Longest interval :func:`chain_plans` tries (shorter ones only: still a lower bound, and
+linear in the chain's length)."""
+
 TERM_UNITS = 2
 """Work units of one inclusion-exclusion term (its split into remainders costs apart)."""
 
@@ -151,7 +155,8 @@ def chain_plans(graph: Graph, config: PlannerConfig | None = None) -> int:
     A chain is a maximal path whose inner edges join an op with one successor to an op with
     one predecessor; an interval of it is entered only at its first op and left only at its
     last, so groups that are intervals never close a cycle of the quotient and any choice
-    of legal intervals is a legal plan. Polynomial: one interval DP per chain.
+    of legal intervals is a legal plan. Linear: one interval DP per chain, intervals of at
+    most :data:`CHAIN_INTERVAL_MAX_OPS` ops (exact for shorter chains).
     """
     cfg = config or PlannerConfig()
     ix = graph_index(graph)
@@ -179,7 +184,7 @@ def _chains(ix: GraphIndex) -> list[list[int]]:
 def _interval_plans(ix: GraphIndex, chain: list[int], cfg: PlannerConfig) -> int:
     """Partitions of a chain into legal intervals, each weighted by its number of modes."""
     ways = [1] + [0] * len(chain)  # ways[k]: partitions of the first k ops
-    cap = cfg.max_group_size or len(chain)
+    cap = min(cfg.max_group_size or len(chain), CHAIN_INTERVAL_MAX_OPS)
     for end in range(1, len(chain) + 1):
         for start in range(end - 1, max(0, end - cap) - 1, -1):
             if start < end - 1 and ix.classes[chain[start]] is OpClass.OPAQUE:
