@@ -46,14 +46,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``only``, just that subcommand's (its module alone is imported:
+    ``search`` pulls in the search stack, which ``fusiontune models`` should not pay for)."""
     parser = _Parser(
         prog="fusiontune",
         description="Find the operator-fusion plan that moves the least data on a CIM accelerator.",
     )
     parser.add_argument("--version", action="version", version=f"fusiontune {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         try:
             module = importlib.import_module(f"fusiontune.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -72,7 +74,7 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:

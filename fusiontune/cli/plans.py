@@ -10,6 +10,7 @@ from typing import Any
 from fusiontune.cli._common import add_model_arguments, load_graph, positive_int
 from fusiontune.errors import ConfigError
 from fusiontune.ir.graph import Graph
+from fusiontune.planner.counting import DEFAULT_COUNT_BUDGET
 
 
 def register(sub: Any) -> None:
@@ -30,15 +31,21 @@ def register(sub: Any) -> None:
                    help="optional cap on ops per group (default: none)")  # fmt: skip
     p.add_argument("--patterns", default=None, metavar="P1,P2,...",
                    help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
+    p.add_argument("--budget", type=positive_int, default=DEFAULT_COUNT_BUDGET, metavar="N",
+                   help="work units (about a microsecond each) for counting and for explaining; "
+                   "past them the count is a proven lower bound and the explanation lists the "
+                   f"patterns found (default {DEFAULT_COUNT_BUDGET:,})")  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the model, then print what was asked; returns the exit code."""
     from fusiontune.planner.baselines import greedy_plan, unfused_plan
-    from fusiontune.planner.candidates import PlannerConfig, candidate_edges, group_pattern
-    from fusiontune.planner.enumerate import count_plans, enumerate_plans
+    from fusiontune.planner.candidates import PlannerConfig, group_pattern
+    from fusiontune.planner.counting import count_within
+    from fusiontune.planner.enumerate import enumerate_plans
     from fusiontune.planner.explain import explain, format_explanations
+    from fusiontune.planner.summary import summary_within
 
     graph = load_graph(args)
     cfg_kwargs: dict[str, Any] = {}
@@ -48,24 +55,30 @@ def run(args: argparse.Namespace) -> int:
         cfg_kwargs["patterns"] = _parse_patterns(args.patterns)
     cfg = PlannerConfig(**cfg_kwargs)
 
-    n_plans = count_plans(graph, cfg)
+    count = count_within(graph, cfg, args.budget)
+    counted: dict[str, Any] = {"plans": count.value, "plans_exact": count.exact}
+    if not count.exact:
+        counted["plans_note"] = f"at least this many: {count.reason}"
     if args.count:
-        print(json.dumps({"model": graph.name, "plans": n_plans}) if args.json else n_plans)
+        print(json.dumps({"model": graph.name, **counted}) if args.json else count)
         return 0
     greedy = greedy_plan(graph, cfg)
+    summary = summary_within(graph, cfg, args.budget)
     report: dict[str, Any] = {
         "model": graph.name,
         "ops": len(graph.ops),
-        "plans": n_plans,
-        "candidate_edges": len(candidate_edges(graph, cfg)),
+        **counted,
+        "candidate_edges": len(summary.edges),
+        "candidate_edges_exact": summary.complete,
         "unfused_groups": unfused_plan(graph).n_groups,
         "greedy_groups": greedy.n_groups,
         "greedy": [{**g.to_dict(), "pattern": group_pattern(graph, g)} for g in greedy.groups],
     }
     if args.limit:
         report["first_plans"] = [p.to_dict() for p in enumerate_plans(graph, args.limit, cfg)]
+    explained = explain(graph, cfg, args.budget) if args.explain else []
     if args.explain:
-        report["explain"] = [e.to_dict() for e in explain(graph, cfg)]
+        report["explain"] = [e.to_dict() for e in explained]
     if args.out:
         Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
     if args.json:
@@ -74,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     print(_as_text(graph, report))
     if args.explain:
         print()
-        print(format_explanations(explain(graph, cfg)))
+        print(format_explanations(explained))
     if args.out:
         print(f"greedy plan written to {args.out}")
     return 0
@@ -82,10 +95,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _as_text(graph: Graph, report: dict[str, Any]) -> str:
     n = report["plans"]
+    edges = report["candidate_edges"]
+    if not report["candidate_edges_exact"]:
+        edges = f"at least {edges}"  # the walk stopped at --budget
+    at_least = "" if report["plans_exact"] else "at least "
     lines = [
-        f"model {report['model']}: {report['ops']} ops, {report['candidate_edges']} candidate "
-        f"edges",
-        f"legal plans: {n}" + (f" (~{n:.3e})" if n >= 10**6 else ""),
+        f"model {report['model']}: {report['ops']} ops, {edges} candidate edges",
+        f"legal plans: {at_least}{n}" + (f" (~{n:.3e})" if n >= 10**6 else ""),
+        *([f"  ({report['plans_note']})"] if "plans_note" in report else []),
         f"groups: unfused {report['unfused_groups']}, greedy {report['greedy_groups']}",
         "greedy plan:",
     ]

@@ -82,8 +82,9 @@ def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None
             entry; a float input is not float32; a shape cannot be inferred.
     """
     path = Path(path)
-    model = _convert_opset(_read_model(path), path)
-    return _Importer(model, path, dict(input_shapes or {})).run()
+    model, model_bytes = _read_model(path)
+    model = _convert_opset(model, path)
+    return _Importer(model, path, dict(input_shapes or {}), model_bytes).run()
 
 
 def load_onnx_with_plan(
@@ -110,8 +111,9 @@ def load_onnx_with_plan(
     from fusiontune.planner.plan import Group, Mode, Plan
 
     path = Path(path)
-    model = _convert_opset(_read_model(path), path)
-    importer = _Importer(model, path, dict(input_shapes or {}))
+    model, model_bytes = _read_model(path)
+    model = _convert_opset(model, path)
+    importer = _Importer(model, path, dict(input_shapes or {}), model_bytes)
     graph = importer.run()
     if embedded_plan_json(model) is None:
         return graph, None
@@ -134,7 +136,9 @@ def load_onnx_with_plan(
 
 
 # ---- 1. reading ------------------------------------------------------------------------------
-def _read_model(path: Path) -> onnx.ModelProto:
+def _read_model(path: Path) -> tuple[onnx.ModelProto, int]:
+    """The model, and its size in bytes for the fold limit: the file's, unless tensors lived
+    outside it (``ByteSize`` walks the whole message: ~1 s for a 128 MB detector)."""
     if not path.exists():
         raise ModelLoadError(f"{path}: no such file")
     if path.is_dir():
@@ -153,11 +157,12 @@ def _read_model(path: Path) -> onnx.ModelProto:
         raise ModelLoadError(
             f"{path}: holds no ONNX graph (no nodes or no opset_import); not an ONNX model file"
         )
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     try:
         onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
     except Exception as exc:
         raise ModelLoadError(f"{path}: cannot read external tensor data ({exc})") from None
-    return model
+    return model, (model.ByteSize() if external else len(data))
 
 
 # ---- 2. opset ------------------------------------------------------------------------------
@@ -344,6 +349,7 @@ class _Importer:
     model: onnx.ModelProto
     path: Path
     input_shapes: dict[str, Sequence[int]]
+    model_bytes: int  # size of the model for the fold limit (``_read_model``)
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     tensors: dict[str, Tensor] = field(default_factory=dict)
     ops: list[Op] = field(default_factory=list)
@@ -377,7 +383,7 @@ class _Importer:
 
     def run(self) -> Graph:
         graph = self.model.graph
-        self.fold_limit_bytes = limits.fold_limit_bytes(self.model.ByteSize())
+        self.fold_limit_bytes = limits.fold_limit_bytes(self.model_bytes)
         if graph.sparse_initializer:
             raise self.fail("sparse initializers are not supported; densify them first")
         for init in graph.initializer:
@@ -533,7 +539,7 @@ class _Importer:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    _Importer(self.model, self.path, shapes).run()
+                    _Importer(self.model, self.path, shapes, self.model_bytes).run()
             except FusiontuneError:
                 continue
             return {

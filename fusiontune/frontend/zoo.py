@@ -98,6 +98,10 @@ class ZooSummary:
     macs: int
 
 
+_FROZEN_ZERO = np.zeros((), np.float32)
+_FROZEN_ZERO.flags.writeable = False  # placeholder weights are read-only views of this zero
+
+
 class _ZooBuilder(GraphBuilder):
     """A :class:`GraphBuilder` whose weights are drawn in float32 directly.
 
@@ -112,7 +116,7 @@ class _ZooBuilder(GraphBuilder):
 
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
         if self.placeholder:
-            return self.const(name, np.broadcast_to(np.float32(0.0), tuple(shape)))
+            return self.const(name, np.broadcast_to(_FROZEN_ZERO, tuple(shape)))
         from fusiontune.limits import check_tensor
 
         check_tensor(name, shape, 4, f"zoo model '{self.name}'")

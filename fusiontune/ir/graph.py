@@ -46,9 +46,10 @@ class Tensor:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if self.value is not None:
             value = np.asarray(self.value)
-            # copy unless we hold the only reference to read-only data: a read-only view of
-            # a writable base could still change under us
-            if value.flags.writeable or not value.flags.owndata:
+            # copy unless the data can never change: a read-only view of a writable base
+            # could still change under us, a read-only view of read-only data cannot (the
+            # zoo's placeholder weights are such views of one frozen zero)
+            if not _frozen(value):
                 value = value.copy()
                 value.flags.writeable = False
             object.__setattr__(self, "value", value)
@@ -60,6 +61,19 @@ class Tensor:
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+
+def _frozen(value: np.ndarray) -> bool:
+    """Whether ``value`` and every array it is a view of are read-only, down to data that
+    owns itself or an immutable ``bytes`` (ONNX raw data): then nobody can change it."""
+    arr: object = value
+    while isinstance(arr, np.ndarray):
+        if arr.flags.writeable:
+            return False
+        if arr.base is None:
+            return True
+        arr = arr.base
+    return isinstance(arr, bytes)
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,7 +58,7 @@ def greedy_plan(
     ix = graph_index(graph)
     group_of = list(range(ix.n))
     members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
-    edges = edge_index(graph, cfg)
+    edges = _joinable_edges(ix)
     for phase in _GREEDY_PHASES:
         changed = True
         while changed:
@@ -82,6 +82,23 @@ def greedy_plan(
                 del members[gc]
                 changed = True
     return _plan(ix, members.values(), cfg, _merge_shrinks)
+
+
+def _joinable_edges(ix: GraphIndex) -> list[tuple[int, int]]:
+    """Activation edges no OPAQUE op blocks (at an end or on a path between the ends), in
+    (producer, consumer) order: a superset of the candidate edges costing no walk.
+
+    :func:`greedy_plan` visits these instead of ``edge_index``: an edge outside the candidates
+    never changes its state (a legal union holding both ends would make it a candidate), so
+    the plan is the same, without walking the lattice (exponential on wide graphs).
+    """
+    opaque = ix.mask([i for i, cls in enumerate(ix.classes) if cls is OpClass.OPAQUE])
+    out = []
+    for p, c, _ in ix.edges:
+        hull = (1 << p) | (1 << c) | (ix.desc[p] & ix.anc[c])
+        if not hull & opaque:
+            out.append((p, c))
+    return out
 
 
 def _fits(graph: Graph, hw: HardwareConfig) -> Callable[[GroupView, tuple[Mode, ...]], bool]:

@@ -1,7 +1,7 @@
 """Candidate groups and edges: what some legal group of a graph can fuse.
 
 Everything here comes from one hardware-free walk of the ideal lattice
-(:func:`fusiontune.planner.lattice.walk_summary`): every legal group is visited once, with no
+(:func:`fusiontune.planner.summary.walk_summary`): every legal group is visited once, with no
 cap on its size (DESIGN §5: groups are bounded by legality and capacity only).
 """
 
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits, graph_index
-from fusiontune.planner.lattice import Lattice, ideals, walk_summary
+from fusiontune.planner.lattice import Lattice, ideals
 from fusiontune.planner.legality import GroupView
 from fusiontune.planner.plan import ALL_PATTERNS, Group, Mode, PlannerConfig
+from fusiontune.planner.summary import walk_summary
 
 __all__ = [
     "ALL_PATTERNS",

@@ -23,62 +23,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from functools import lru_cache
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits
-from fusiontune.planner.lattice import Lattice, Transition, ideals
+from fusiontune.planner.counting import count_exact
+from fusiontune.planner.lattice import Lattice, Transition
 from fusiontune.planner.plan import Group, Plan, PlannerConfig
 
 
 def count_plans(graph: Graph, config: PlannerConfig | None = None) -> int:
     """Exact number of legal plans (partitions into legal groups, times mode choices).
 
-    Never enumerates plans: a dynamic programme over the ideals of the graph. Returns a
-    Python int (astronomically large for deep networks).
+    Never enumerates plans: the dynamic programme of :mod:`fusiontune.planner.counting`
+    (over remainders; the inclusion–exclusion above). Returns a Python int (astronomically
+    large for deep networks). Unbounded in time on wide graphs: ``count_within`` stops at a
+    budget with a proven lower bound.
     """
-    return _count(graph, config or PlannerConfig())
-
-
-@lru_cache(maxsize=16)
-def _count(graph: Graph, config: PlannerConfig) -> int:
-    lat = Lattice(graph, config)
-    if lat.s.n == 0:
-        return 1
-    full = lat.full
-    h: dict[int, int] = {full: 1}
-    for base in reversed(ideals(lat)):
-        if base == full:
-            continue
-        steps = [(t.mask, len(t.modes)) for t in lat.walk(base)]
-        frontier = lat.frontier(base)
-        # only groups missing part of the frontier can share a family with another group
-        partial = [(m, w) for m, w in steps if frontier & ~m]
-        total = 0
-        for m, w in steps:
-            total += w * h[base | m]
-        if len(partial) > 1:
-            total += _families(partial, h, base)
-        h[base] = total
-    return h[0]
-
-
-def _families(steps: list[tuple[int, int]], h: dict[int, int], base: int) -> int:
-    """Signed sum over families of >= 2 pairwise disjoint steps (see the module docstring)."""
-    total = 0
-    stack: list[tuple[int, int, int, int]] = []  # (next index, union, sign, weight)
-    for k, (m, w) in enumerate(steps):
-        stack.append((k + 1, m, 1, w))
-        while stack:
-            start, union, sign, weight = stack.pop()
-            for j in range(start, len(steps)):
-                mj, wj = steps[j]
-                if mj & union:
-                    continue
-                u2, w2 = union | mj, weight * wj
-                total -= sign * w2 * h[base | u2]
-                stack.append((j + 1, u2, -sign, w2))
-    return total
+    return count_exact(graph, config)
 
 
 def enumerate_plans(

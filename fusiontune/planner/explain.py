@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
-from fusiontune.planner._index import GraphIndex, graph_index
-from fusiontune.planner.lattice import PATTERN_BITS, walk_summary
+from fusiontune.planner._index import GraphIndex, bits, graph_index
+from fusiontune.planner.lattice import PATTERN_BITS
 from fusiontune.planner.legality import GroupView, Refusal, natural_modes, view_refusals
 from fusiontune.planner.plan import Mode, PlannerConfig
+from fusiontune.planner.summary import summary_within, walk_summary
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class EdgeExplanation:
         patterns: patterns of the legal groups holding both ops ("P1".."P4"; empty: never fused).
         refusals: why the two ops alone cannot form a group in a mode, and, when the producer
             is LINEAR, why the chain from it to the next LINEAR cannot be merged.
+        complete: ``patterns`` lists every pattern of the legal groups holding the edge;
+            ``False`` after a bounded search: each listed pattern is proven, others unknown.
     """
 
     producer: str
@@ -30,6 +33,7 @@ class EdgeExplanation:
     tensor: str
     patterns: tuple[str, ...]
     refusals: tuple[Refusal, ...]
+    complete: bool = True
 
     @property
     def fusable(self) -> bool:
@@ -41,17 +45,29 @@ class EdgeExplanation:
             "consumer": self.consumer,
             "tensor": self.tensor,
             "patterns": list(self.patterns),
+            "complete": self.complete,
             "refusals": [
                 {"rule": r.rule, "name": r.name, "message": r.message} for r in self.refusals
             ],
         }
 
 
-def explain(graph: Graph, config: PlannerConfig | None = None) -> list[EdgeExplanation]:
-    """One :class:`EdgeExplanation` per activation edge, in (producer, consumer) order."""
+def explain(
+    graph: Graph, config: PlannerConfig | None = None, budget: int | None = None
+) -> list[EdgeExplanation]:
+    """One :class:`EdgeExplanation` per activation edge, in (producer, consumer) order.
+
+    Args:
+        graph: the graph.
+        config: planner configuration.
+        budget: work units for the walk over legal groups (:func:`summary_within`); past it
+            the patterns are those of the groups visited, marked ``complete=False``.
+            ``None``: exact, however long it takes.
+    """
     cfg = config or PlannerConfig()
     ix = graph_index(graph)
-    labels = walk_summary(graph, cfg).edge_labels
+    summary = walk_summary(graph, cfg) if budget is None else summary_within(graph, cfg, budget)
+    labels = summary.edge_labels
     out = []
     for p, c, tensor in ix.edges:
         pair = GroupView.of(ix, (p, c), cfg)
@@ -68,9 +84,16 @@ def explain(graph: Graph, config: PlannerConfig | None = None) -> list[EdgeExpla
                 tensor=tensor,
                 patterns=tuple(k for k, b in PATTERN_BITS.items() if labels.get((p, c), 0) & b),
                 refusals=tuple(dict.fromkeys(refusals)),
+                complete=summary.complete or _blocked(ix, p, c),
             )
         )
     return out
+
+
+def _blocked(ix: GraphIndex, p: int, c: int) -> bool:
+    """No group can hold ``p -> c``: an end, or an op on a path between them, is OPAQUE."""
+    hull = (1 << p) | (1 << c) | (ix.desc[p] & ix.anc[c])
+    return any(ix.classes[i] is OpClass.OPAQUE for i in bits(hull))
 
 
 def _merge_chain(ix: GraphIndex, p: int, c: int, cap: int) -> list[int] | None:
@@ -93,7 +116,12 @@ def format_explanations(items: list[EdgeExplanation]) -> str:
     """Human-readable lines, one block per edge."""
     lines = []
     for e in items:
-        verdict = "fusable by " + ", ".join(e.patterns) if e.patterns else "never fused"
+        if e.complete:
+            verdict = "fusable by " + ", ".join(e.patterns) if e.patterns else "never fused"
+        elif e.patterns:
+            verdict = "fusable by " + ", ".join(e.patterns) + " (and maybe more: search bounded)"
+        else:
+            verdict = "no legal group found holding it (search bounded: not settled)"
         lines.append(f"{e.producer} -> {e.consumer} [{e.tensor}]: {verdict}")
         lines += [f"    refused: {r}" for r in e.refusals]
     return "\n".join(lines)

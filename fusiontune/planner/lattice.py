@@ -230,7 +230,8 @@ class Lattice:
         done = base | mask
         frontier = node.frontier & ~bit
         for w in s.ix.succs[v]:
-            if not s.pred_mask[w] & ~done:
+            # (a base need not be an ideal: a remainder's base holds its descendants too)
+            if not s.pred_mask[w] & ~done and not base >> w & 1:
                 frontier |= 1 << w
         maxel = (node.maxel & ~pm) | bit
         state = acc.add(node.acc, v, mask) if acc is not None else None
@@ -307,7 +308,8 @@ class Lattice:
         """Every legal group ``G`` with ``base ∪ G`` an ideal, each once (reverse search).
 
         Args:
-            base: an ideal (bitmask of ops).
+            base: an ideal (bitmask of ops), or every op outside a remainder
+                (:mod:`fusiontune.planner.remainders`).
             acc: optional accumulator whose payloads come back with each transition; its
                 ``dead`` verdicts prune the walk (so only feasible groups come back).
             on_node: optional callback for every visited node with its legal modes (empty
@@ -341,25 +343,6 @@ class Lattice:
                 stack.append((child, bits(child.frontier)))
 
 
-@dataclass(frozen=True)
-class WalkSummary:
-    """Hardware-free facts of every legal group of a graph, gathered in one full walk.
-
-    Attributes:
-        edges: activation edges ``(producer, consumer)`` (indices) held by some legal group.
-        edge_labels: pattern bits (:data:`PATTERN_BITS`) of the legal groups holding each edge.
-        merge_firsts: first LINEAR op of every legal ``merge`` group.
-        n_groups: legal groups (sets; a set legal in two modes counts once).
-        n_ideals: ideals of the graph.
-    """
-
-    edges: tuple[tuple[int, int], ...]
-    edge_labels: dict[tuple[int, int], int]
-    merge_firsts: tuple[int, ...]
-    n_groups: int
-    n_ideals: int
-
-
 def ideals(lattice: Lattice) -> list[int]:
     """Every ideal of the graph, by size then value (the lattice's nodes)."""
     s = lattice.s
@@ -378,103 +361,4 @@ def ideals(lattice: Lattice) -> list[int]:
         nxt.sort()
         out += nxt
         level = nxt
-    return out
-
-
-@lru_cache(maxsize=16)
-def walk_summary(graph: Graph, config: PlannerConfig) -> WalkSummary:
-    """One full walk from every ideal: candidate edges, their patterns, merge chains."""
-    lat = Lattice(graph, config)
-    labeller = _EdgeLabeller(lat)
-    all_ideals = ideals(lat)
-    for base in all_ideals:
-        for _ in lat.walk(base, on_node=labeller.visit):
-            pass
-        labeller.finish_walk()
-    labels = labeller.labels
-    edges = tuple(sorted(e for e, lab in labels.items() if lab))
-    return WalkSummary(
-        edges=edges,
-        edge_labels={e: labels[e] for e in edges},
-        merge_firsts=tuple(sorted(labeller.merge_firsts)),
-        n_groups=labeller.n_groups,
-        n_ideals=len(all_ideals),
-    )
-
-
-class _EdgeLabeller:
-    """Labels each edge with the patterns of the legal groups holding it, during walks.
-
-    An edge added at a walk node lies inside every group of that node's subtree, and every
-    legal group holding it is in the subtree of the node that added it on its path. So an
-    edge's labels are the union, over the nodes adding it, of their subtrees' group labels:
-    a post-order pass over the walk (rebuilt here from its pre-order callbacks).
-    """
-
-    def __init__(self, lattice: Lattice) -> None:
-        self.lat = lattice
-        self.labels: dict[tuple[int, int], int] = {}
-        self.merge_firsts: set[int] = set()
-        self.n_groups = 0
-        self._path: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # mask, n, label, edges
-
-    def visit(self, node: Node, modes: tuple[Mode, ...]) -> None:
-        path = self._path
-        while path and not (node.n == path[-1][1] + 1 and node.mask & path[-1][0] == path[-1][0]):
-            self._pop()
-        parent = path[-1][0] if path else 0
-        v = (node.mask & ~parent).bit_length() - 1
-        new_edges = [(p, v) for p in bits(self.lat.s.pred_mask[v] & node.mask)]
-        label = 0
-        if modes:
-            self.n_groups += 1
-            if node.n > 1:
-                for m in modes:
-                    label |= _label(self.lat, node, m)
-                    if m is Mode.MERGE:
-                        self.merge_firsts.add(_first_linear(self.lat, node.lin))
-        path.append((node.mask, node.n, label, new_edges))
-
-    def finish_walk(self) -> None:
-        while self._path:
-            self._pop()
-
-    def _pop(self) -> None:
-        _, _, label, new_edges = self._path.pop()
-        for e in new_edges:
-            self.labels[e] = self.labels.get(e, 0) | label
-        if self._path:
-            mask, n, parent_label, edges = self._path[-1]
-            self._path[-1] = (mask, n, parent_label | label, edges)
-
-
-def _first_linear(lat: Lattice, lin: int) -> int:
-    """The LINEAR member no other LINEAR member precedes (the head of a P3 chain)."""
-    for i in bits(lin):
-        if not lat.s.ix.anc[i] & lin:
-            return i
-    raise AssertionError("internal: a merge group without a first LINEAR op")
-
-
-def _label(lat: Lattice, node: Node, mode: Mode) -> int:
-    """Pattern bits of a legal multi-op group (as :func:`group_pattern` names them)."""
-    s = lat.s
-    out = 0
-    if mode is Mode.MERGE:
-        # the chain: LINEAR members and members some LINEAR member follows; the rest is the
-        # P1 epilogue after the last LINEAR (every member of a legal merge follows a LINEAR)
-        chain = node.lin
-        for i in bits(node.mask & ~node.lin):
-            if s.ix.desc[i] & node.lin:
-                chain |= 1 << i
-        out |= PATTERN_BITS["P3"]
-        if node.mask & ~chain:
-            out |= PATTERN_BITS["P1"]
-        return out
-    if node.mask & s.p1:
-        out |= PATTERN_BITS["P1"]
-    if node.win & ~node.lonely:
-        out |= PATTERN_BITS["P2"]
-    if mode is Mode.STREAM:
-        out |= PATTERN_BITS["P4"]
     return out

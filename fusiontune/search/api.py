@@ -378,7 +378,8 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
     """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at base
     hardware. A baseline that fails is recorded as failed; the others go on."""
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
-    from fusiontune.planner.enumerate import count_plans, enumerate_plans
+    from fusiontune.planner.counting import count_within
+    from fusiontune.planner.enumerate import enumerate_plans
     from fusiontune.search.optimize import optimal_plan
     from fusiontune.sim.bounds import capacity_bound
     from fusiontune.sim.cost import lower_bound
@@ -391,9 +392,10 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
     }
     info: dict[str, Any] = {}
     try:
-        n_plans = count_plans(graph, cfg)
-        info["count_plans"] = int(n_plans)
-        if n_plans <= EXHAUSTIVE_MAX_PLANS:
+        counted = count_within(graph, cfg)  # bounded: a wide graph gets a lower bound
+        info["count_plans"] = int(counted.value)
+        info["count_plans_exact"] = counted.exact
+        if counted.exact and counted.value <= EXHAUSTIVE_MAX_PLANS:
             candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
             best = best_record(candidates, problem)
             if best is not None:

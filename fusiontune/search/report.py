@@ -167,7 +167,8 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
         f"{int((search['duplicate_of'] >= 0).sum())} answered from the cache, "
         f"{int((search['state'] == 'FAIL').sum())} failed)",
         f"- {s.get('n_edges')} candidate fusion edges, {s.get('n_merge_choices')} merge/stream "
-        f"choices, {s.get('count_plans', '?')} legal plans",
+        f"choices, {'' if s.get('count_plans_exact', True) else 'at least '}"
+        f"{s.get('count_plans', '?')} legal plans",
         f"- graph hash `{s.get('graph_hash')}`, fusiontune {s.get('fusiontune_version')}",
         "",
         "| plan | traffic (bytes) | energy (pJ) | cycles | objective |",
