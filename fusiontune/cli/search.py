@@ -384,8 +384,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             + (", best_model.onnx)" if "best_model" in files else ")")
         )
         lines.append(f"  report:  fusiontune report {folder}")
-    if summary.get("storage"):
-        lines.append(f"  study storage: {summary['storage']} (optuna-dashboard shows it)")
+    if summary.get("storage_url"):
+        lines.append(f"  study storage: {summary['storage_url']}")
+        lines.append(f"  dashboard: optuna-dashboard {shlex.quote(summary['storage_url'])}")
+    elif summary.get("storage"):
+        lines.append(f"  study storage: {summary['storage']}")
     return "\n".join(lines)
 
 

@@ -327,6 +327,8 @@ def _finish(
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     summary.update(summary_extra)
     summary["storage"] = store.spec.label
+    if isinstance(store.spec.target, str) and store.spec.target.startswith("sqlite:"):
+        summary["storage_url"] = store.spec.target  # other URLs may hold a password
     if problem.space.objective == "multi":
         summary["pareto_front"] = pareto_front(records, problem)
     best_hw = res.hardware_from_json(best.hw_json)
@@ -356,6 +358,8 @@ def best_hardware_yaml(hw: Any, problem: Problem, best: TrialRecord) -> str:
 
     data = hw.to_dict()
     knobs = {k.name: data[k.name] for k in problem.space.knobs}
+    if knobs:  # not the base preset any more (the name is not part of the hash)
+        data["name"] = f"{hw.name}_best"
     head = [
         f"# best hardware of study trial {best.trial} ({problem.graph.name}, "
         f"objective {problem.space.objective}); hw_hash {hw.hash}",
