@@ -51,9 +51,7 @@ def _run(tmp: Path, **kwargs: object) -> SearchResult:
 
 
 def _study(result: SearchResult) -> optuna.Study:
-    return optuna.load_study(
-        study_name="cd", storage=f"sqlite:///{result.out_dir / 'study.db'}"
-    )
+    return optuna.load_study(study_name="cd", storage=f"sqlite:///{result.out_dir / 'study.db'}")
 
 
 def _search_rows(result: SearchResult):  # type: ignore[no-untyped-def]

@@ -141,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
         trials=args.trials,
         hardware=args.hardware,
     )
-    progress = Progress(space.objective, sys.stderr.isatty())
+    from fusiontune.search.problem import objective_metrics
+
+    progress = Progress(space.objective, sys.stderr.isatty(), metrics=objective_metrics(space))
     try:
         result = search(
             args.model,
@@ -217,14 +219,20 @@ class Progress:
 
     Args:
         objective: the search objective (for the best value's unit).
+        metrics: the metrics the objective values are (units; default: from the objective).
         live: draw a rich progress bar (a terminal); else print plain lines.
         clock: seconds, monotonic (tests pass their own).
     """
 
     def __init__(
-        self, objective: str, live: bool, clock: Callable[[], float] = time.monotonic
+        self,
+        objective: str,
+        live: bool,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: Sequence[str] | None = None,
     ) -> None:
         self.objective = objective
+        self.metrics = tuple(metrics or ())
         self.best: float | None = None
         self.count = 0
         self.total = 0
@@ -272,7 +280,11 @@ class Progress:
         if record.state == "COMPLETE" and record.feasible and record.values:
             value = record.values[0]
             self.best = value if self.best is None else min(self.best, value)
-        best = "-" if self.best is None else objective_text(self.objective, [self.best])
+        best = (
+            "-"
+            if self.best is None
+            else objective_text(self.objective, [self.best], self.metrics[:1] or None)
+        )
         rate = self.rate_per_s()
         rate_text = "-" if rate is None else f"{rate:.1f} trials/s"
         if self._bar is not None:

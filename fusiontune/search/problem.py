@@ -85,7 +85,7 @@ class Problem:
     @property
     def bilevel(self) -> bool:
         """Trials propose hardware only; each is evaluated with its exact optimal plan."""
-        return bool(self.space.knobs) and self.space.objective in BILEVEL_OBJECTIVES
+        return is_bilevel(self.space)
 
     @property
     def plan_objective(self) -> str:
@@ -100,9 +100,7 @@ class Problem:
     @property
     def objective_metrics(self) -> tuple[str, ...]:
         """Metrics fields the objective values are made of."""
-        if self.bilevel and self.space.objective == "multi":
-            return MULTI_CODESIGN_METRICS
-        return tuple(OBJECTIVE_METRICS[self.space.objective])
+        return objective_metrics(self.space)
 
     @classmethod
     def build(cls, graph: Graph, space: SearchSpace, base_hw: HardwareConfig) -> Problem:
@@ -333,6 +331,19 @@ class Problem:
                 value / cap.max_value - 1.0 if cap.max_value else value - cap.max_value
             )
         return out
+
+
+def is_bilevel(space: SearchSpace) -> bool:
+    """Whether a space is searched bilevel: hardware knobs and an objective the exact solver
+    covers (``multi``: its energy)."""
+    return bool(space.knobs) and space.objective in BILEVEL_OBJECTIVES
+
+
+def objective_metrics(space: SearchSpace) -> tuple[str, ...]:
+    """Metrics fields a space's objective values are made of."""
+    if is_bilevel(space) and space.objective == "multi":
+        return MULTI_CODESIGN_METRICS
+    return tuple(OBJECTIVE_METRICS[space.objective])
 
 
 def edge_param(edge: tuple[str, str]) -> str:
