@@ -160,6 +160,8 @@ def search(
         backend or ("serial" if workers <= 1 and not address else "ray"),
         workers,
         address,
+        # a bilevel evaluation is an exact solve (tens of ms to seconds): one per Ray task
+        plans_per_task=1 if problem.bilevel else None,
         eval_timeout_s=eval_timeout_s,
     )
     try:

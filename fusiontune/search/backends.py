@@ -134,7 +134,8 @@ def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
     from fusiontune.sim.cost import simulate
 
     start = time.perf_counter()
-    plan, solver = task.plan, dict[str, Any]()
+    plan = task.plan
+    solver: dict[str, Any] = {}
     if task.solve is not None:
         plan, solver = solve_plan(graph, task.hw, task.solve)
     assert plan is not None, "an EvalTask names a plan or asks for one to be solved"
