@@ -243,3 +243,33 @@ def test_area_grows_with_each_knob() -> None:
     from fusiontune.sim.area import area_breakdown
 
     assert area_breakdown(digital).adc_mm2 == 0.0
+
+
+def test_cli_prints_the_winner_and_loads_it_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fusiontune.cli.main import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({**CODESIGN_SPACE, "objective": "multi", "sampler": "nsga2"}))
+    out = tmp_path / "out"
+    argv = ["search", MODEL, "--space", str(space), "--trials", "12", "--workers", "1"]
+    assert main([*argv, "--out", str(out), "--study", "cd"]) == 0
+    text = capsys.readouterr().out
+    folder = out / "cd"
+    best = json.loads((folder / "summary.json").read_text())["best"]
+    assert f"isaac_reram {best['hardware']['hw_hash']} with " in text and "n_crossbars=" in text
+    assert f"written to {folder / BEST_HARDWARE_FILE}" in text
+    assert "plan:             exact for this hardware (proven optimal" in text
+    assert "Pareto front:" in text and "optuna-dashboard sqlite:///" in text
+    assert main(["report", str(folder)]) == 0
+    report = (folder / "report.md").read_text()
+    assert "## Hardware" in report and "| trial | energy_pj | cycles | area_mm2 |" in report
+    assert (folder / "pareto.png").stat().st_size > 0
+    # --hardware takes the written file: the next search starts from the winner
+    hw_file = str(folder / BEST_HARDWARE_FILE)
+    assert main(["search", MODEL, "--trials", "2", "--workers", "1", "--hardware", hw_file,
+                 "--out", str(out), "--study", "next"]) == 0  # fmt: skip
+    summary = json.loads((out / "next" / "summary.json").read_text())
+    assert summary["hardware_base"]["hw_hash"] == best["hardware"]["hw_hash"]
+    assert summary["hardware_base"]["name"] == "isaac_reram_best"
