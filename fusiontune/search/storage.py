@@ -504,7 +504,8 @@ def _open(
     )
     sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: the mirror samples
     identity = problem.identity()
-    knob_dists = {k.param: problem.distributions()[k.param] for k in problem.space.knobs}
+    dists = problem.distributions()
+    knob_dists = {k.param: dists[k.param] for k in problem.space.knobs}
     if name not in existing:
         if before_create is not None:
             before_create()
