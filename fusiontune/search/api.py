@@ -2,13 +2,16 @@
 
 Stages, in order:
 
-1. load the model and the search space; build the hardware and the decision variables;
+1. load the model and the search space; build the hardware and the decision variables
+   (bilevel co-design when the space has knobs and an objective the exact solver covers:
+   trials propose hardware, workers solve each design's plan exactly);
 2. open (or resume) the Optuna study;
 3. run the trials on the chosen backend;
 4. evaluate the baselines at the base hardware: unfused, greedy, exhaustive (small graphs)
    and the exact oracle (additive objectives);
 5. build the ``trials`` and ``groups`` tables, optionally verify the best plan by execution;
-6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``summary.json``.
+6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``best_hardware.yaml``
+   (the best trial's hardware, loadable with ``--hardware``), ``summary.json``.
 """
 
 from __future__ import annotations
