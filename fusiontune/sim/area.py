@@ -2,32 +2,28 @@
 
 Every number comes from ISAAC's published area breakdown (Shafiee et al., "ISAAC: A
 Convolutional Neural Network Accelerator with In-Situ Analog Arithmetic in Crossbars",
-ISCA 2016, Table 6, 32 nm), whose rows are:
+ISCA 2016, Table 6, 32 nm), used as follows.
 
-====================  =========================  ==========  ==========================
-component             count                      area mm²    unit used here
-====================  =========================  ==========  ==========================
-ADC (8 bit, 1.28 GS/s) 8 per IMA                 0.0096      0.0012 per ADC (= the 1200 µm²
-                                                             of cim-parameters.md)
-DAC (1 bit)           8 x 128 per IMA            0.00017     per crossbar row
-sample and hold       8 x 128 per IMA            0.00004     per crossbar column
-memristor array       8 per IMA (128 x 128)      0.0002      per array, scaled by cells
-shift-and-add         4 per IMA                  0.00024     per crossbar (4 per 8)
-IR (2 KB), OR (256 B) 1 each per IMA             0.0021,     per crossbar (1 per 8)
-                                                 0.00077
-IMA total             12 per tile                0.157
-eDRAM buffer 64 KB    1 per tile                 0.083       per byte of ``buffer_bytes``
-eDRAM-to-IMA bus      1 per tile                 0.090       tile digital, per crossbar
-router                1 per 4 tiles              0.151       (1 per 96)
-sigmoid, shift-add,   2, 1, 1, 3 KB per tile     0.0006,
-max-pool, OR                                     0.00006,
-                                                 0.00024,
-                                                 0.0032
-tile total            168 per chip               0.372
-chip (168 tiles)                                 62.5
-HyperTransport        4 links per chip           22.88       not modelled (see below)
-chip total                                       85.4
-====================  =========================  ==========  ==========================
+Per IMA (8 crossbars), count and area of each row:
+
+- ADC, 8 bit, 1.28 GS/s: 8, 0.0096 mm² -> 0.0012 mm² per ADC (the 1200 µm² of
+  cim-parameters.md);
+- DAC, 1 bit: 8 x 128, 0.00017 mm² -> per crossbar row;
+- sample and hold: 8 x 128, 0.00004 mm² -> per crossbar column;
+- memristor array, 128 x 128, 2-bit cells: 8, 0.0002 mm² -> per array, scaled by its cells;
+- shift-and-add: 4, 0.00024 mm²; input register (2 KB): 0.0021 mm²; output register (256 B):
+  0.00077 mm² -> per crossbar (one eighth each);
+- IMA total: 0.157 mm² for the 12 IMAs of a tile.
+
+Per tile (12 IMAs = 96 crossbars):
+
+- eDRAM buffer, 64 KB: 0.083 mm² -> per byte of ``buffer_bytes``;
+- eDRAM-to-IMA bus 0.090 mm², router 0.151 mm² shared by 4 tiles, sigmoid (2) 0.0006 mm²,
+  shift-and-add 0.00006 mm², max-pool 0.00024 mm², output register (3 KB) 0.0032 mm² ->
+  "tile digital", per crossbar (one 96th each);
+- tile total 0.372 mm².
+
+Chip: 168 tiles, 62.5 mm²; HyperTransport links (4) 22.88 mm²; chip total 85.4 mm².
 
 How a configuration scales them (each scaling is stated, none is a published number):
 
