@@ -359,7 +359,7 @@ def _finish(
 def best_hardware_yaml(hw: Any, problem: Problem, best: TrialRecord) -> str:
     """``best_hardware.yaml``: every field of the best trial's hardware, loadable with
     ``--hardware`` (:func:`~fusiontune.sim.hardware.load_hardware`; same hash)."""
-    import yaml
+    from fusiontune.fileio import dump_yaml
 
     data = hw.to_dict()
     knobs = {k.name: data[k.name] for k in problem.space.knobs}
@@ -373,8 +373,7 @@ def best_hardware_yaml(hw: Any, problem: Problem, best: TrialRecord) -> str:
         "# load with: fusiontune search MODEL --hardware best_hardware.yaml, "
         "fusiontune simulate MODEL --hardware best_hardware.yaml --plan best_plan.json",
     ]
-    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
-    return "\n".join(head) + "\n" + body
+    return "\n".join(head) + "\n" + dump_yaml(data)
 
 
 def pareto_front(records: Sequence[TrialRecord], problem: Problem) -> list[dict[str, Any]]:
