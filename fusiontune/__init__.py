@@ -67,6 +67,8 @@ _EXPORTS: dict[str, str] = {
     "verify": "fusiontune.sim.verify",
     "lower_bound": "fusiontune.sim.cost",
     "capacity_bound": "fusiontune.sim.bounds",
+    "chip_area_mm2": "fusiontune.sim.area",
+    "area_breakdown": "fusiontune.sim.area",
     # search
     "optimal_plan": "fusiontune.search.optimize",
     "OptimalPlan": "fusiontune.search.optimize",

@@ -92,6 +92,14 @@ def parse_yaml(text: str, source: str, error: type[FusiontuneError]) -> Any:
         loader.dispose()
 
 
+def dump_yaml(data: Any) -> str:
+    """YAML text of plain data (keys in the given order, short lists inline): files fusiontune
+    writes for people and for :func:`load_yaml` (``best_hardware.yaml``)."""
+    import yaml
+
+    return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+
+
 def parse_json(text: str, source: str, error: type[FusiontuneError]) -> Any:
     """``json.loads`` with the nesting limit; errors name the file and the line."""
     try:

@@ -279,6 +279,13 @@ def test_scale_serial_passes_and_projection() -> None:
     assert 0 < driver["eval_s_per_trial"] < driver["s_per_trial"]
     text = exp.projection(rows, startup, [driver])
     assert any("64 x" in line for line in text)
+    run = exp.codesign_run(graph, "serial", 1, trials=4)
+    assert run["trials"] == 4 and 1 <= run["evaluations"] <= 4
+    assert 0 < run["eval_s_total"] < run["wall_s"]
+    notes = exp.codesign_notes(
+        [run, {**run, "backend": "ray"}, {**run, "backend": "ray", "workers": 2}]
+    )
+    assert "1.00x as fast" in notes[0]
 
 
 # ---- exp_sweep ----------------------------------------------------------------------------

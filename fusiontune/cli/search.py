@@ -52,6 +52,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--address", help="join an existing Ray cluster ('auto' or host:port)")
     p.add_argument(
+        "--hardware",
+        "--hw",
+        dest="hardware",
+        metavar="PRESET|FILE",
+        help="base hardware: a preset or a YAML file such as a run's best_hardware.yaml "
+        "(default: the space's)",
+    )
+    p.add_argument(
         "--sampler",
         help="local | local-tpe | tpe | random | nsga2 | bruteforce (default: the space's, local)",
     )
@@ -127,9 +135,15 @@ def run(args: argparse.Namespace) -> int:
 
     apply_memory_limit(args)
     space = with_overrides(
-        load_space(args.space), objective=args.objective, sampler=args.sampler, trials=args.trials
+        load_space(args.space),
+        objective=args.objective,
+        sampler=args.sampler,
+        trials=args.trials,
+        hardware=args.hardware,
     )
-    progress = Progress(space.objective, sys.stderr.isatty())
+    from fusiontune.search.problem import objective_metrics
+
+    progress = Progress(space.objective, sys.stderr.isatty(), metrics=objective_metrics(space))
     try:
         result = search(
             args.model,
@@ -183,10 +197,19 @@ OBJECTIVE_UNITS = {
 }
 """Unit of each objective value, by objective (``multi``: traffic, energy, cycles)."""
 
+METRIC_UNITS = {"traffic_bytes": "B", "energy_pj": "pJ", "cycles": "cycles", "area_mm2": "mm2"}
+"""Unit of each metric an objective may be made of (a co-design ``multi``: energy, cycles,
+area)."""
 
-def objective_text(objective: str, values: Sequence[float]) -> str:
-    """Objective values with their units: ``1.406e+06 B`` or ``794 B, 1.2e+06 pJ, 300 cycles``."""
+
+def objective_text(
+    objective: str, values: Sequence[float], metrics: Sequence[str] | None = None
+) -> str:
+    """Objective values with their units: ``1.406e+06 B`` or ``794 B, 1.2e+06 pJ, 300 cycles``
+    (``metrics``: the metrics the values are, when the objective does not tell)."""
     units = OBJECTIVE_UNITS.get(objective, ("",) * len(values))
+    if metrics:
+        units = tuple(METRIC_UNITS.get(m, "") for m in metrics)
     return ", ".join(f"{v:.6g} {u}".strip() for v, u in zip(values, units))
 
 
@@ -196,14 +219,20 @@ class Progress:
 
     Args:
         objective: the search objective (for the best value's unit).
+        metrics: the metrics the objective values are (units; default: from the objective).
         live: draw a rich progress bar (a terminal); else print plain lines.
         clock: seconds, monotonic (tests pass their own).
     """
 
     def __init__(
-        self, objective: str, live: bool, clock: Callable[[], float] = time.monotonic
+        self,
+        objective: str,
+        live: bool,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: Sequence[str] | None = None,
     ) -> None:
         self.objective = objective
+        self.metrics = tuple(metrics or ())
         self.best: float | None = None
         self.count = 0
         self.total = 0
@@ -251,7 +280,11 @@ class Progress:
         if record.state == "COMPLETE" and record.feasible and record.values:
             value = record.values[0]
             self.best = value if self.best is None else min(self.best, value)
-        best = "-" if self.best is None else objective_text(self.objective, [self.best])
+        best = (
+            "-"
+            if self.best is None
+            else objective_text(self.objective, [self.best], self.metrics[:1] or None)
+        )
         rate = self.rate_per_s()
         rate_text = "-" if rate is None else f"{rate:.1f} trials/s"
         if self._bar is not None:
@@ -306,8 +339,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         text = f"  {label:<18}traffic {_mb(row.get('traffic_bytes')):>14}"
         values = row.get("values") or []
         if objective != "traffic" and values:
-            text += f"   {objective} {objective_text(objective, values)}"
+            text += f"   {objective} {objective_text(objective, values, metrics)}"
         return text
+
+    metrics = summary.get("objective_metrics")
 
     lines = [
         f"study {summary['study']}: {summary['n_trials']} trials of {summary['model']} "
@@ -315,6 +350,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         line(f"best (trial {best['trial']}):", best)
         + ("" if best.get("feasible") else "  (INFEASIBLE)"),
     ]
+    lines += _hardware_lines(summary)
     for name in ("unfused", "tvm_like", "greedy", "exhaustive", "oracle"):
         if name in base:
             label = f"{name}:"
@@ -355,8 +391,44 @@ def format_summary(summary: dict[str, Any]) -> str:
         folder = os.path.dirname(files["trials"])
         lines.append(
             f"  results: {folder}/ (trials.parquet, groups.parquet, best_plan.json"
+            + (", best_hardware.yaml" if "best_hardware" in files else "")
             + (", optimal_plan.json" if "optimum" in summary else "")
             + (", best_model.onnx)" if "best_model" in files else ")")
         )
         lines.append(f"  report:  fusiontune report {folder}")
+    if summary.get("storage_url"):
+        lines.append(f"  study storage: {summary['storage_url']}")
+        lines.append(f"  dashboard: optuna-dashboard {shlex.quote(summary['storage_url'])}")
+    elif summary.get("storage"):
+        lines.append(f"  study storage: {summary['storage']}")
     return "\n".join(lines)
+
+
+def _hardware_lines(summary: dict[str, Any]) -> list[str]:
+    """The chosen hardware (knob values, area, file) and, bilevel, the plan's certificate."""
+    best = summary["best"]
+    hw = best.get("hardware") or {}
+    if not hw:
+        return []
+    knobs = ", ".join(f"{k}={v}" for k, v in (hw.get("knobs") or {}).items())
+    area = hw.get("area_mm2")
+    area_text = "" if area is None else f", area {area:.3f} mm2"
+    lines = [
+        f"  {'hardware:':<18}{hw.get('name')} {hw.get('hw_hash')}"
+        + (f" with {knobs}" if knobs else "")
+        + area_text
+    ]
+    best_file = summary.get("files", {}).get("best_hardware")
+    if best_file and knobs:
+        lines.append(f"  {'':<18}written to {best_file} (load with --hardware)")
+    cert = best.get("plan_certificate")
+    if cert:
+        proven = "proven optimal" if cert.get("proven") else f"gap {cert.get('gap', 0.0):.2%}"
+        lines.append(
+            f"  {'plan:':<18}exact for this hardware ({proven}, {cert.get('status')}, "
+            f"{cert.get('solve_s', 0.0):.2f} s)"
+        )
+    front = summary.get("pareto_front")
+    if front:
+        lines.append(f"  Pareto front: {len(front)} designs (summary.json 'pareto_front')")
+    return lines

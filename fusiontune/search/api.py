@@ -2,13 +2,16 @@
 
 Stages, in order:
 
-1. load the model and the search space; build the hardware and the decision variables;
+1. load the model and the search space; build the hardware and the decision variables
+   (bilevel co-design when the space has knobs and an objective the exact solver covers:
+   trials propose hardware, workers solve each design's plan exactly);
 2. open (or resume) the Optuna study;
 3. run the trials on the chosen backend;
 4. evaluate the baselines at the base hardware: unfused, greedy, exhaustive (small graphs)
    and the exact oracle (additive objectives);
 5. build the ``trials`` and ``groups`` tables, optionally verify the best plan by execution;
-6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``summary.json``.
+6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``best_hardware.yaml``
+   (the best trial's hardware, loadable with ``--hardware``), ``summary.json``.
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def search(
     address: str | None = None,
     sampler: str | None = None,
     objective: str | None = None,
+    hardware: str | Path | None = None,
     seed: int | None = 0,
     study: str | None = None,
     storage: str | None = None,
@@ -107,6 +111,8 @@ def search(
         sampler: ``local`` (default), ``local-tpe``, ``tpe``, ``random``, ``nsga2`` or
             ``bruteforce`` (overrides the space).
         objective: ``traffic``, ``energy``, ``cycles``, ``edp`` or ``multi`` (overrides the space).
+        hardware: base hardware, a preset name or YAML file such as a run's
+            ``best_hardware.yaml`` (overrides the space's ``hardware``).
         seed: sampler seed (``None``: random).
         study: study name (default: the model's name).
         storage: Optuna storage URL or journal file (default: SQLite in the results folder).
@@ -144,7 +150,9 @@ def search(
 
         check_graph(graph, "verifying the best plan (--verify-best)")
     spc = space if isinstance(space, SearchSpace) else load_space(space)
-    spc = with_overrides(spc, objective=objective, sampler=sampler, trials=trials)
+    spc = with_overrides(
+        spc, objective=objective, sampler=sampler, trials=trials, hardware=hardware
+    )
     hw = load_hardware(spc.hardware)
     problem = Problem.build(graph, spc, hw)
     name = study if study is not None else default_study_name(graph.name)
@@ -155,6 +163,8 @@ def search(
         backend or ("serial" if workers <= 1 and not address else "ray"),
         workers,
         address,
+        # a bilevel evaluation is an exact solve (tens of ms to seconds): one per Ray task
+        plans_per_task=1 if problem.bilevel else None,
         eval_timeout_s=eval_timeout_s,
     )
     try:
@@ -187,7 +197,7 @@ def search(
         return _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
     except KeyboardInterrupt:
         with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
-            store.flush()
+            store.flush(final=True)
             _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
         raise SearchInterrupted(out_dir, len(store.stored_records())) from None
     finally:
@@ -291,7 +301,7 @@ def _finish(
 ) -> SearchResult:
     """Stages 4-6: baselines, tables, verification, files."""
     graph, name = problem.graph, ctx.study
-    store.flush()
+    store.flush(final=True)
     records = store.stored_records()  # every driver's trials, numbered by the storage
     best = best_record(records, problem)
     if best is None:
@@ -321,6 +331,14 @@ def _finish(
     groups_df = _groups_table(graph, trials_df, name)
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     summary.update(summary_extra)
+    summary["storage"] = store.spec.label
+    if isinstance(store.spec.target, str) and store.spec.target.startswith("sqlite:"):
+        summary["storage_url"] = store.spec.target  # other URLs may hold a password
+    if problem.space.objective == "multi":
+        summary["pareto_front"] = pareto_front(records, problem)
+    best_hw = res.hardware_from_json(best.hw_json)
+    res.write_text(best_hardware_yaml(best_hw, problem, best), out_dir / res.BEST_HARDWARE_FILE)
+    summary["files"]["best_hardware"] = str(out_dir / res.BEST_HARDWARE_FILE)
 
     res.write_parquet(trials_df, out_dir / res.TRIALS_FILE)
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
@@ -328,7 +346,6 @@ def _finish(
     if export_best:
         from fusiontune.frontend.plan_export import export_plan
 
-        best_hw = res.hardware_from_json(best.hw_json)
         export_plan(graph, best_plan, out_dir / res.BEST_MODEL_FILE, hw=best_hw)
         summary["files"]["best_model"] = str(out_dir / res.BEST_MODEL_FILE)
     oracle = base_records.get("oracle")
@@ -337,6 +354,60 @@ def _finish(
         res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
     return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
+
+
+def best_hardware_yaml(hw: Any, problem: Problem, best: TrialRecord) -> str:
+    """``best_hardware.yaml``: every field of the best trial's hardware, loadable with
+    ``--hardware`` (:func:`~fusiontune.sim.hardware.load_hardware`; same hash)."""
+    from fusiontune.fileio import dump_yaml
+
+    data = hw.to_dict()
+    knobs = {k.name: data[k.name] for k in problem.space.knobs}
+    if knobs:  # not the base preset any more (the name is not part of the hash)
+        data["name"] = f"{hw.name}_best"
+    head = [
+        f"# best hardware of study trial {best.trial} ({problem.graph.name}, "
+        f"objective {problem.space.objective}); hw_hash {hw.hash}",
+        f"# base: {problem.base_hw.name} ({problem.base_hw.hash}); searched knobs: "
+        + (", ".join(f"{k}={v}" for k, v in knobs.items()) or "none"),
+        "# load with: fusiontune search MODEL --hardware best_hardware.yaml, "
+        "fusiontune simulate MODEL --hardware best_hardware.yaml --plan best_plan.json",
+    ]
+    return "\n".join(head) + "\n" + dump_yaml(data)
+
+
+def pareto_front(records: Sequence[TrialRecord], problem: Problem) -> list[dict[str, Any]]:
+    """The non-dominated feasible trials of a ``multi`` study (one per distinct design and
+    plan), each with its values, hardware knobs and its plan's certificate."""
+    from fusiontune.search.report import pareto_mask
+
+    done = [
+        r
+        for r in records
+        if r.state == "COMPLETE"
+        and r.duplicate_of < 0
+        and r.feasible
+        and all(v <= 0 for v in r.constraints.values())
+    ]
+    if not done:
+        return []
+    keep = pareto_mask([list(r.values) for r in done])
+    names = problem.objective_metrics
+    out = []
+    for r, kept in zip(done, keep):
+        if not kept:
+            continue
+        knobs = json.loads(r.hw_json) if r.hw_json else {}
+        out.append(
+            {
+                "trial": r.trial,
+                **dict(zip(names, r.values)),
+                "hardware": {k.name: knobs.get(k.name) for k in problem.space.knobs},
+                "plan_hash": r.plan_hash,
+                "plan_proven": r.solver.get("proven"),
+            }
+        )
+    return sorted(out, key=lambda p: [p[n] for n in names])
 
 
 def _load_graph(
@@ -404,6 +475,8 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
         info["exhaustive_error"] = f"{type(exc).__name__}: {exc}"
     objective = problem.space.objective
     oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
+    if problem.bilevel:
+        oracle_objective = problem.plan_objective
     try:
         oracle = optimal_plan(graph, hw, oracle_objective, config=cfg)
         info["lower_bounds"] = {
@@ -458,6 +531,17 @@ def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataF
     return res.groups_frame(items, graph, study)
 
 
+def _hardware_summary(record: TrialRecord, problem: Problem) -> dict[str, Any]:
+    """The hardware of a trial for people: name, hash, area and the searched knobs' values."""
+    data = json.loads(record.hw_json) if record.hw_json else {}
+    return {
+        "name": data.get("name"),
+        "hw_hash": record.hw_hash,
+        "area_mm2": record.metrics.get("area_mm2"),
+        "knobs": {k.name: data.get(k.name) for k in problem.space.knobs},
+    }
+
+
 def _summary(
     problem: Problem,
     ctx: res.RowContext,
@@ -479,14 +563,20 @@ def _summary(
         "n_edges": len(problem.edges),
         "n_merge_choices": len(problem.merge_keys),
         "knobs": [k.name for k in problem.space.knobs],
+        "search": "bilevel" if problem.bilevel else "plan",
+        "objective_metrics": list(problem.objective_metrics),
+        "hardware_base": {"name": problem.base_hw.name, "hw_hash": problem.base_hw.hash},
         "best": {
             "trial": best.trial,
             "plan_hash": best.plan_hash,
             "values": list(best.values),
             "feasible": best.feasible,
             **{
-                k: best.metrics.get(k) for k in (metric, "energy_pj", "cycles", "lower_bound_bytes")
+                k: best.metrics.get(k)
+                for k in (metric, "energy_pj", "cycles", "area_mm2", "lower_bound_bytes")
             },
+            "hardware": _hardware_summary(best, problem),
+            **({"plan_certificate": best.solver} if best.solver else {}),
         },
         "baselines": {
             k: {m: r.metrics.get(m) for m in (metric, "energy_pj", "cycles")}

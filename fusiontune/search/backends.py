@@ -1,7 +1,9 @@
 """Evaluation backends: where plans are simulated (DESIGN §8).
 
 A backend takes batches of :class:`EvalTask` and hands back :class:`EvalOutcome` objects as
-batches finish. Two implement the same small interface:
+batches finish. A task either names its plan (plan-level search) or asks the worker to solve
+the plan exactly for its hardware (bilevel co-design: ``solve``), in which case the outcome
+carries the plan and its certificate. Two implement the same small interface:
 
 - :class:`SerialBackend` evaluates in-process, one batch at a time (tests, ``--workers 1``).
 - :class:`RayBackend` ships the graph once with ``ray.put``, runs several plans per Ray task,
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
+    from fusiontune.search.problem import SolveSpec
     from fusiontune.sim.hardware import HardwareConfig
 
 BATCHES_PER_WORKER = 2
@@ -70,13 +73,15 @@ class EvalTask:
 
     Attributes:
         trial: Optuna trial number (``-1`` for baselines).
-        plan: the repaired, legal plan.
+        plan: the repaired, legal plan (``None`` with ``solve``).
         hw: hardware configuration.
+        solve: solve the plan exactly for ``hw`` on the worker instead (bilevel co-design).
     """
 
     trial: int
-    plan: Plan
+    plan: Plan | None
     hw: HardwareConfig
+    solve: SolveSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,10 @@ class EvalOutcome:
         eval_s: wall seconds spent simulating.
         worker: ``host:pid`` of the process that simulated it.
         error: why the evaluation failed (empty when it succeeded).
+        plan: the plan the worker solved (tasks with ``solve``; ``None`` otherwise). When no
+            plan fits the hardware (proven) it is the unfused plan, reported infeasible.
+        solver: the solver's certificate for that plan (``status``, ``proven``, ``gap``,
+            ``value``, ``solve_s``; empty for tasks without ``solve``).
     """
 
     trial: int
@@ -102,6 +111,8 @@ class EvalOutcome:
     eval_s: float = 0.0
     worker: str = ""
     error: str = ""
+    plan: Plan | None = None
+    solver: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -118,11 +129,17 @@ def _scalars(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
-    """Simulate one plan (the fast analytic path) and package the numbers."""
+    """Simulate one plan (the fast analytic path) and package the numbers; with
+    ``task.solve``, first solve the plan exactly for the task's hardware."""
     from fusiontune.sim.cost import simulate
 
     start = time.perf_counter()
-    metrics = simulate(graph, task.plan, task.hw)
+    plan = task.plan
+    solver: dict[str, Any] = {}
+    if task.solve is not None:
+        plan, solver = solve_plan(graph, task.hw, task.solve)
+    assert plan is not None, "an EvalTask names a plan or asks for one to be solved"
+    metrics = simulate(graph, plan, task.hw)
     data = _scalars(metrics.as_dict())
     groups = tuple(_scalars(g.as_dict()) for g in metrics.groups)
     return EvalOutcome(
@@ -133,7 +150,27 @@ def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
         groups=groups,
         eval_s=time.perf_counter() - start,
         worker=f"{socket.gethostname()}:{os.getpid()}",
+        plan=plan if task.solve is not None else None,
+        solver=solver,
     )
+
+
+def solve_plan(graph: Graph, hw: HardwareConfig, spec: SolveSpec) -> tuple[Plan, dict[str, Any]]:
+    """The exact optimal plan of ``graph`` on ``hw`` and its certificate. When no plan fits
+    (proven), the unfused plan stands in: simulated, it reports the violations that make the
+    design infeasible (a constraint of the trial, not a failure)."""
+    from fusiontune.planner.baselines import unfused_plan
+    from fusiontune.search.optimize import optimal_plan
+
+    answer = optimal_plan(graph, hw, spec.objective, config=spec.config)
+    solver = {
+        "status": answer.status,
+        "proven": answer.proven,
+        "gap": answer.gap,
+        "value": answer.value,
+        "solve_s": answer.solve_s,
+    }
+    return (answer.plan if answer.plan is not None else unfused_plan(graph)), solver
 
 
 Evaluator = Callable[["Graph", EvalTask], EvalOutcome]

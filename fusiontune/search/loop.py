@@ -1,6 +1,8 @@
-"""The search loop: Optuna ask -> repair -> evaluate (backend) -> tell (DESIGN §8).
+"""The search loop: Optuna ask -> decode -> evaluate (backend) -> tell (DESIGN §8).
 
-A (plan, hardware) pair already evaluated is answered from a cache.
+A plan-level trial decodes into a repaired plan and its hardware; a bilevel trial into
+hardware only, whose exact plan the worker solves. A (plan, hardware) pair — or, bilevel, a
+hardware already solved — is answered from a cache.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from fusiontune.errors import ConfigError
 from fusiontune.search.backends import Backend, EvalOutcome, EvalTask
 from fusiontune.search.problem import hw_json
 from fusiontune.search.storage import RECORD_ATTR, StudyStore, TrialRecord
+
+SOLVED = "solved"
+"""Cache key part standing for "the exact plan of this hardware" (bilevel trials)."""
 
 if TYPE_CHECKING:
     import optuna
@@ -37,10 +42,13 @@ def run_trials(
     study = store.memory
     offset = store.number_offset
     cache: dict[tuple[str, str], TrialRecord] = {
-        (r.plan_hash, r.hw_hash): r for r in store.records() if r.state == "COMPLETE"
+        _cache_key(problem, r.plan_hash, r.hw_hash): r
+        for r in store.records()
+        if r.state == "COMPLETE"
     }
     # key -> trials waiting for that evaluation (the first one was submitted)
-    waiting: dict[tuple[str, str], list[tuple[optuna.trial.Trial, Plan, HardwareConfig]]] = {}
+    waiting: dict[tuple[str, str], list[tuple[optuna.trial.Trial, Plan | None, HardwareConfig]]]
+    waiting = {}
     by_trial: dict[int, tuple[str, str]] = {}
     told: list[TrialRecord] = []
 
@@ -63,15 +71,19 @@ def run_trials(
                     trial = study.ask()
                     asked += 1
                     number = trial.number + offset
+                    plan: Plan | None = None
                     try:
-                        plan, hw = problem.decode(trial)
+                        if problem.bilevel:
+                            hw = problem.decode_hardware(trial)
+                        else:
+                            plan, hw = problem.decode(trial)
                     except ConfigError:
                         raise
                     except Exception as exc:  # repair or hardware rejected the assignment
                         error = f"{type(exc).__name__}: {exc}"
                         finish(trial, TrialRecord(number, "FAIL", error=error))
                         continue
-                    key = (plan.hash, hw.hash)
+                    key = _cache_key(problem, plan.hash if plan else "", hw.hash)
                     if key in cache:
                         finish(trial, _duplicate(cache[key], number))
                     elif key in waiting:
@@ -79,7 +91,8 @@ def run_trials(
                     else:
                         waiting[key] = [(trial, plan, hw)]
                         by_trial[number] = key
-                        batch.append(EvalTask(number, plan, hw))
+                        solve = problem.solve_spec if plan is None else None
+                        batch.append(EvalTask(number, plan, hw, solve))
                 if batch:
                     backend.submit(batch)
             outcomes = backend.wait()
@@ -87,8 +100,9 @@ def run_trials(
                 break
             for outcome in outcomes:
                 key = by_trial.pop(outcome.trial)
-                (trial, plan, hw), *dupes = waiting.pop(key)
-                record = make_record(problem, outcome.trial, plan, hw, outcome)
+                (trial, asked_plan, hw), *dupes = waiting.pop(key)
+                solved = outcome.plan if asked_plan is None else asked_plan
+                record = make_record(problem, outcome.trial, solved, hw, outcome)
                 if record.state == "COMPLETE":
                     cache[key] = record
                 finish(trial, record)
@@ -99,17 +113,26 @@ def run_trials(
     return told
 
 
+def _cache_key(problem: Problem, plan_hash: str, hw_hash: str) -> tuple[str, str]:
+    """What makes two trials the same evaluation: the plan and hardware, or (bilevel) the
+    hardware alone, whose plan the solver fixes."""
+    return (SOLVED if problem.bilevel else plan_hash, hw_hash)
+
+
 def make_record(
-    problem: Problem, number: int, plan: Plan, hw: HardwareConfig, outcome: EvalOutcome
+    problem: Problem, number: int, plan: Plan | None, hw: HardwareConfig, outcome: EvalOutcome
 ) -> TrialRecord:
+    """The record of one evaluated trial (``plan`` ``None``: a bilevel evaluation that failed
+    before its plan was solved)."""
     base: dict[str, Any] = {
         "trial": number,
-        "plan_json": plan.to_json(),
-        "plan_hash": plan.hash,
+        "plan_json": plan.to_json() if plan is not None else "",
+        "plan_hash": plan.hash if plan is not None else "",
         "hw_json": hw_json(hw),
         "hw_hash": hw.hash,
         "eval_s": outcome.eval_s,
         "worker": outcome.worker,
+        "solver": dict(outcome.solver),
     }
     if outcome.failed:
         return TrialRecord(state="FAIL", error=outcome.error, **base)
@@ -147,11 +170,13 @@ def _tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -
 
 
 def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord | None:
-    """Best feasible completed record (lowest objective; for ``multi``: lowest traffic on the
-    Pareto front, which is the lowest traffic overall); infeasible ones only if none is feasible."""
+    """Best feasible completed record (lowest objective; for ``multi``: lowest first value on
+    the Pareto front, which is the lowest overall); infeasible ones only if none is feasible.
+    Ties go to the smaller chip (``area_mm2``: designs of equal cost differ in silicon), then
+    to the earlier trial."""
     done = [r for r in records if r.state == "COMPLETE"]
     if not done:
         return None
     feasible = [r for r in done if r.feasible and all(v <= 0 for v in r.constraints.values())]
     pool = feasible or done
-    return min(pool, key=lambda r: (r.values, r.trial))
+    return min(pool, key=lambda r: (r.values, r.metrics.get("area_mm2", 0.0), r.trial))

@@ -1,13 +1,22 @@
 """Problem encoding: a search problem's decision variables and how a trial decodes into a plan.
 
-Decision variables of a trial:
+Two kinds of problem (DESIGN §8, division of labour):
 
-- ``fuse:<src>-><dst>`` in {0, 1} for each edge of ``candidate_edges(graph, cfg)``;
-- ``mode:<op>`` in {merge, stream} for each chain of ``merge_candidates(graph, cfg)``;
-- ``hw:<field>`` for each hardware knob of the search space.
+- **bilevel co-design** (:attr:`Problem.bilevel`: the space has hardware knobs and the
+  objective is ``traffic``, ``energy``, ``cycles`` or ``multi``): a trial's only decision
+  variables are ``hw:<field>``, one per knob. Its evaluation solves the plan exactly for that
+  hardware (:func:`~fusiontune.search.optimize.optimal_plan`, objective
+  :attr:`Problem.plan_objective`), so every trial pairs a design with its proven-optimal plan;
+  ``multi`` minimises (energy, cycles, area) over designs.
+- **plan-level search** (fixed hardware, or ``edp``, which no exact solver covers): the
+  decision variables are
 
-The assignment is repaired into a legal plan by ``plan_from_edges``; the repaired plan is what
-is evaluated and recorded.
+  - ``fuse:<src>-><dst>`` in {0, 1} for each edge of ``candidate_edges(graph, cfg)``;
+  - ``mode:<op>`` in {merge, stream} for each chain of ``merge_candidates(graph, cfg)``;
+  - ``hw:<field>`` for each hardware knob of the search space,
+
+  and the assignment is repaired into a legal plan by ``plan_from_edges``; the repaired plan
+  is what is evaluated and recorded.
 """
 
 from __future__ import annotations
@@ -17,13 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import ConfigError
-from fusiontune.search.space import OBJECTIVE_METRICS, Knob, SearchSpace
+from fusiontune.planner.plan import PlannerConfig
+from fusiontune.search.space import ADDITIVE_OBJECTIVES, OBJECTIVE_METRICS, Knob, SearchSpace
 
 if TYPE_CHECKING:
     import optuna
 
     from fusiontune.ir.graph import Graph
-    from fusiontune.planner.candidates import PlannerConfig
     from fusiontune.planner.plan import Plan
     from fusiontune.search.backends import EvalOutcome
     from fusiontune.sim.hardware import HardwareConfig
@@ -41,6 +50,26 @@ different is refused."""
 CAPACITY_CONSTRAINT = "capacity"
 """Constraint key: number of hardware-capacity violations (rule 7), feasible when 0."""
 
+BILEVEL_OBJECTIVES = ("traffic", "energy", "cycles", "multi")
+"""Objectives of a bilevel co-design (an exact plan per design point)."""
+
+MULTI_CODESIGN_METRICS = ("energy_pj", "cycles", "area_mm2")
+"""What ``multi`` minimises in a bilevel co-design: the plan is fixed by the hardware, so the
+trade-off is energy, latency and silicon."""
+
+MULTI_PLAN_OBJECTIVE = "energy"
+"""The plan solved per design point of a ``multi`` co-design (the energy optimum; its cycles
+are those of that plan)."""
+
+
+@dataclass(frozen=True)
+class SolveSpec:
+    """What a worker solves for a bilevel trial: ``optimal_plan(graph, hw, objective,
+    config=config)``."""
+
+    objective: str
+    config: PlannerConfig
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -52,6 +81,26 @@ class Problem:
     base_hw: HardwareConfig
     edges: tuple[tuple[str, str], ...]
     merge_keys: tuple[str, ...]
+
+    @property
+    def bilevel(self) -> bool:
+        """Trials propose hardware only; each is evaluated with its exact optimal plan."""
+        return is_bilevel(self.space)
+
+    @property
+    def plan_objective(self) -> str:
+        """The additive objective the exact solver minimises for this problem."""
+        objective = self.space.objective
+        return objective if objective in ADDITIVE_OBJECTIVES else MULTI_PLAN_OBJECTIVE
+
+    @property
+    def solve_spec(self) -> SolveSpec:
+        return SolveSpec(self.plan_objective, self.config)
+
+    @property
+    def objective_metrics(self) -> tuple[str, ...]:
+        """Metrics fields the objective values are made of."""
+        return objective_metrics(self.space)
 
     @classmethod
     def build(cls, graph: Graph, space: SearchSpace, base_hw: HardwareConfig) -> Problem:
@@ -114,7 +163,7 @@ class Problem:
         """Refuse bruteforce on a grid too large to walk."""
         if self.space.sampler != "bruteforce":
             return
-        points = 2 ** len(self.edges) * 2 ** len(self.merge_keys)
+        points = 1 if self.bilevel else 2 ** len(self.edges) * 2 ** len(self.merge_keys)
         for knob in self.space.knobs:
             if knob.kind == "categorical":
                 points *= len(knob.choices)
@@ -156,9 +205,11 @@ class Problem:
             IntDistribution,
         )
 
-        out: dict[str, Any] = {edge_param(e): CategoricalDistribution((0, 1)) for e in self.edges}
-        for key in self.merge_keys:
-            out[f"mode:{key}"] = CategoricalDistribution(MODE_CHOICES)
+        out: dict[str, Any] = {}
+        if not self.bilevel:
+            out.update({edge_param(e): CategoricalDistribution((0, 1)) for e in self.edges})
+            for key in self.merge_keys:
+                out[f"mode:{key}"] = CategoricalDistribution(MODE_CHOICES)
         for k in self.space.knobs:
             if k.kind == "categorical":
                 out[k.param] = CategoricalDistribution(k.choices)
@@ -184,8 +235,45 @@ class Problem:
         overflows the buffer), so the search always has a good and a feasible incumbent."""
         from fusiontune.planner.baselines import tvm_like_plan
 
+        if self.bilevel:
+            base = self.base_knob_params()
+            return [base] if base else []
         starts = [self.greedy_params(), self.plan_params(tvm_like_plan(self.graph, self.config))]
+        seed = self.exact_seed_params()
+        if seed is not None:
+            starts.insert(0, seed)
         return [p for i, p in enumerate(starts) if p not in starts[:i]]
+
+    def base_knob_params(self) -> dict[str, Any]:
+        """The base hardware's value of every knob whose range holds it (the first design a
+        bilevel study evaluates); empty when some knob's range excludes the base value."""
+        params: dict[str, Any] = {}
+        for knob in self.space.knobs:
+            value = getattr(self.base_hw, knob.name)
+            if knob.kind == "categorical":
+                if value not in knob.choices:
+                    return {}
+            else:
+                assert knob.low is not None and knob.high is not None
+                if isinstance(value, bool) or not knob.low <= value <= knob.high:
+                    return {}
+                if knob.step is not None and (value - knob.low) % knob.step:
+                    return {}
+            params[knob.param] = value
+        return params
+
+    def exact_seed_params(self) -> dict[str, Any] | None:
+        """For ``edp`` (no exact solver): the energy-optimal plan at base hardware, the
+        nearest additive optimum, as the first trial; ``None`` for other objectives (their
+        exact optimum is the oracle row) or when no plan fits the base hardware."""
+        if self.space.objective != "edp":
+            return None
+        from fusiontune.search.optimize import optimal_plan
+
+        answer = optimal_plan(self.graph, self.base_hw, MULTI_PLAN_OBJECTIVE, config=self.config)
+        if answer.plan is None:
+            return None
+        return {**self.plan_params(answer.plan), **self.base_knob_params()}
 
     def plan_params(self, plan: Plan) -> dict[str, Any]:
         """Parameters that describe ``plan``: an edge is fused when both ends share a group, a
@@ -212,9 +300,14 @@ class Problem:
         plan = plan_from_edges(self.graph, fused, merges or None, self.config)
         return plan, hw
 
+    def decode_hardware(self, trial: optuna.trial.Trial) -> HardwareConfig:
+        """Sample a bilevel trial's knobs (stored as Optuna params) into a hardware config."""
+        knobs = {k.name: _suggest_knob(trial, k) for k in self.space.knobs}
+        return self.base_hw.replace(**knobs)
+
     def values(self, metrics: dict[str, Any]) -> tuple[float, ...]:
         """Objective value(s) of a plan's metrics."""
-        names = OBJECTIVE_METRICS[self.space.objective]
+        names = self.objective_metrics
         if self.space.objective == "edp":
             return (float(metrics[names[0]]) * float(metrics[names[1]]),)
         return tuple(float(metrics[n]) for n in names)
@@ -238,6 +331,19 @@ class Problem:
                 value / cap.max_value - 1.0 if cap.max_value else value - cap.max_value
             )
         return out
+
+
+def is_bilevel(space: SearchSpace) -> bool:
+    """Whether a space is searched bilevel: hardware knobs and an objective the exact solver
+    covers (``multi``: its energy)."""
+    return bool(space.knobs) and space.objective in BILEVEL_OBJECTIVES
+
+
+def objective_metrics(space: SearchSpace) -> tuple[str, ...]:
+    """Metrics fields a space's objective values are made of."""
+    if is_bilevel(space) and space.objective == "multi":
+        return MULTI_CODESIGN_METRICS
+    return tuple(OBJECTIVE_METRICS[space.objective])
 
 
 def edge_param(edge: tuple[str, str]) -> str:

@@ -4,6 +4,7 @@ Plots (matplotlib, Agg backend, no display needed):
 
 - ``history.png``: objective of each trial and best-so-far, with the baselines as lines;
 - ``pareto.png``: traffic vs energy of all feasible trials with the Pareto front (``multi``);
+  for a co-design ``multi`` (energy, cycles, area), energy vs area;
 - ``groups.png``: traffic per group of the best plan next to the unfused plan.
 """
 
@@ -28,6 +29,14 @@ BASELINE_STYLES = {
     "oracle": ("black", "-"),
 }
 """Colour and line style of each baseline's horizontal line in history.png."""
+AXES = {
+    "traffic_bytes": (1e6, "traffic (MB)"),
+    "energy_pj": (1e6, "energy (uJ)"),
+    "area_mm2": (1.0, "area (mm2)"),
+}
+"""Scale and label of each metric drawn on pareto.png."""
+FRONT_ROWS = 20
+"""Most Pareto points listed in report.md (all are in summary.json)."""
 TOP_GROUPS = 30
 """Largest number of groups drawn per bar chart (the heaviest ones)."""
 
@@ -104,16 +113,17 @@ def _plot_pareto(result: SearchResult, path: Path) -> Path | None:
     rows = rows[rows["feasible"]].drop_duplicates(["plan_hash", "hw_hash"])
     if result.summary.get("objective") != "multi" or rows.empty:
         return None
-    cols = ["traffic_bytes", "energy_pj", "cycles"]
+    cols = list(result.summary.get("objective_metrics") or ("traffic_bytes", "energy_pj", "cycles"))
     front = rows[pareto_mask(rows[cols].to_numpy())]
+    x, y = ("area_mm2", "energy_pj") if "area_mm2" in cols else ("traffic_bytes", "energy_pj")
+    (x_scale, x_label), (y_scale, y_label) = AXES[x], AXES[y]
     fig, ax = plt.subplots(figsize=FIG_SIZE_IN)
-    ax.scatter(rows["traffic_bytes"] / 1e6, rows["energy_pj"] / 1e6, s=8, c="0.6", label="trial")
-    ax.scatter(
-        front["traffic_bytes"] / 1e6, front["energy_pj"] / 1e6, s=20, c="b", label="Pareto front"
-    )
-    ax.set_xlabel("traffic (MB)")
-    ax.set_ylabel("energy (uJ)")
-    ax.set_title(f"{result.summary.get('model', '')}: Pareto front (traffic, energy, cycles)")
+    ax.scatter(rows[x] / x_scale, rows[y] / y_scale, s=8, c="0.6", label="trial")
+    ax.scatter(front[x] / x_scale, front[y] / y_scale, s=20, c="b", label="Pareto front")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    names = ", ".join(c.split("_")[0] for c in cols)
+    ax.set_title(f"{result.summary.get('model', '')}: Pareto front ({names})")
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=FIG_DPI)
@@ -207,8 +217,50 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
         lines.append(f"The optimizer stopped at its time limit with a proven gap of "
                      f"{100 * s.get('oracle_gap', 0.0):.2f} %.")  # fmt: skip
     lines.append("")
+    lines += _hardware_markdown(s)
     lines += [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"
+
+
+def _hardware_markdown(s: dict[str, Any]) -> list[str]:
+    """The chosen hardware, the plan's certificate and (``multi``) the Pareto front."""
+    hw = s["best"].get("hardware") or {}
+    if not hw:
+        return []
+    base = s.get("hardware_base") or {}
+    lines = [
+        "## Hardware",
+        "",
+        f"- base: {base.get('name')} (`{base.get('hw_hash')}`)",
+        f"- best trial's hardware: {hw.get('name')} (`{hw.get('hw_hash')}`), "
+        f"area {_num(hw.get('area_mm2'))} mm²",
+    ]
+    lines += [f"  - `{k}` = {v}" for k, v in (hw.get("knobs") or {}).items()]
+    if "best_hardware" in s.get("files", {}):
+        lines.append("- every field: `best_hardware.yaml` (loads with `--hardware`)")
+    cert = s["best"].get("plan_certificate")
+    if cert:
+        lines.append(
+            f"- plan: solved exactly for this hardware ({cert.get('status')}, proven "
+            f"{cert.get('proven')}, gap {cert.get('gap')})"
+        )
+    front = s.get("pareto_front") or []
+    metrics = s.get("objective_metrics") or []
+    if front:
+        knobs = list(front[0]["hardware"])
+        lines += [
+            "",
+            f"Pareto front: {len(front)} designs"
+            + (f" (first {FRONT_ROWS})" if len(front) > FRONT_ROWS else ""),
+            "",
+            "| trial | " + " | ".join(metrics + knobs) + " | plan proven |",
+            "|---:|" + "---:|" * (len(metrics) + len(knobs)) + "---|",
+        ]
+        for p in front[:FRONT_ROWS]:
+            cells = [_num(p.get(m)) for m in metrics] + [str(p["hardware"][k]) for k in knobs]
+            lines.append(f"| {p['trial']} | " + " | ".join(cells) + f" | {p.get('plan_proven')} |")
+    lines.append("")
+    return lines
 
 
 def _num(value: Any) -> str:

@@ -37,8 +37,10 @@ BEST_MODEL_FILE = "best_model.onnx"  # written with export_best (--export)
 OPTIMAL_PLAN_FILE = "optimal_plan.json"
 """The exact oracle's plan (additive objective, base hardware), when it ran."""
 SUMMARY_FILE = "summary.json"
+BEST_HARDWARE_FILE = "best_hardware.yaml"
+"""The best trial's hardware, every field (loads with ``--hardware``)."""
 
-TIMING_COLUMNS = ("eval_s", "worker")
+TIMING_COLUMNS = ("eval_s", "worker", "solve_s")
 """Columns that legitimately differ between two identical runs."""
 
 
@@ -79,6 +81,9 @@ def trials_frame(
             "violations": json.dumps(list(r.violations)),
             "duplicate_of": r.duplicate_of,
             "error": r.error,
+            "plan_proven": r.solver.get("proven"),
+            "plan_gap": r.solver.get("gap"),
+            "solve_s": r.solver.get("solve_s"),
             "eval_s": r.eval_s,
             "worker": r.worker,
             "fusiontune_version": ctx.version,

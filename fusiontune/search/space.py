@@ -251,11 +251,15 @@ def with_overrides(
     objective: str | None = None,
     sampler: str | None = None,
     trials: int | None = None,
+    hardware: str | Path | None = None,
 ) -> SearchSpace:
-    """The space with command-line overrides applied (validated like the file)."""
+    """The space with command-line overrides applied (validated like the file; ``hardware``
+    is checked when it is loaded)."""
     import dataclasses
 
     changes: dict[str, Any] = {}
+    if hardware is not None:
+        changes["hardware"] = str(hardware)
     if objective is not None:
         changes["objective"] = _choice(
             {"objective": objective}, "objective", OBJECTIVES, "", "--objective"

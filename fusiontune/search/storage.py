@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import threading
@@ -82,6 +83,9 @@ class TrialRecord:
     error: str = ""
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     uid: str = ""
+    solver: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Bilevel trials: the exact solver's certificate of ``plan_json`` on ``hw_json``
+    (``status``, ``proven``, ``gap``, ``value``, ``solve_s``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -279,8 +283,13 @@ class StudyStore:
         stored: set[int] | None = None,
         spec: StorageSpec | None = None,
         lock: _WriterLock | None = None,
+        param_dists: dict[str, Any] | None = None,
     ) -> None:
         self.persistent = persistent
+        self.param_dists = dict(param_dists or {})
+        """Distributions of the parameters stored on each persistent trial (the hardware
+        knobs: what optuna-dashboard draws as axes; a plan's hundreds of fusion edges are in
+        the record only)."""
         self.memory = memory
         self.number_offset = number_offset
         self.flush_interval_s = flush_interval_s
@@ -304,9 +313,14 @@ class StudyStore:
         """The record id of this driver's provisional trial ``number``."""
         return f"{self.driver_id}:{number}"
 
-    def flush(self) -> None:
-        """Copy every finished trial of the mirror not yet stored to the persistent study,
+    def flush(self, final: bool = False) -> None:
+        """Copy the finished trials of the mirror not yet stored to the persistent study,
         then call :attr:`on_flush`.
+
+        Trials are stored in trial-number order and only up to the first one still running
+        (unless ``final``: a run that stops with trials in flight), so the storage numbers
+        each trial as this driver did: a trial's number in the tables, in the record and in
+        Optuna is the same (for one driver; several drivers sharing a study interleave).
 
         Reading the mirror, not a queue, means a Ctrl-C anywhere between telling a trial and
         queueing it cannot lose it. Trials are stored one at a time with Ctrl-C deferred, so an
@@ -317,6 +331,8 @@ class StudyStore:
             StorageError: the storage refused a write; names the storage and the reason.
         """
         new = [r for r in self.records() if r.trial not in self._number]
+        if not final:
+            new = [r for r in new if r.trial < self._first_running()]
         if new:
             try:
                 if self._check_uids:
@@ -338,6 +354,13 @@ class StudyStore:
                 self.on_flush()
         self._last_flush_s = time.monotonic()
 
+    def _first_running(self) -> float:
+        """Provisional number of the first trial asked but not finished (inf: none)."""
+        from optuna.trial import TrialState
+
+        running = self.memory.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return min((t.number + self.number_offset for t in running), default=math.inf)
+
     def _store(self, record: TrialRecord) -> None:
         storage, study_id = self.persistent._storage, self.persistent._study_id
         dup = record.duplicate_of
@@ -347,7 +370,8 @@ class StudyStore:
             duplicate_of=self._number.get(dup, dup),
         )
         with deferred_interrupt():
-            trial_id = storage.create_new_trial(study_id, template_trial=_stored_trial(stored))
+            template = _stored_trial(stored, self.param_dists)
+            trial_id = storage.create_new_trial(study_id, template_trial=template)
             self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
 
     def _adopt_committed(self) -> None:
@@ -480,6 +504,8 @@ def _open(
     )
     sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: the mirror samples
     identity = problem.identity()
+    dists = problem.distributions()
+    knob_dists = {k.param: dists[k.param] for k in problem.space.knobs}
     if name not in existing:
         if before_create is not None:
             before_create()
@@ -488,7 +514,8 @@ def _open(
                 storage=storage, sampler=sampler, study_name=name, directions=problem.directions
             )
             persistent.set_user_attr(IDENTITY_ATTR, identity)
-            persistent.set_user_attr("space", problem.space.to_dict())
+            for key, value in study_attrs(problem).items():
+                persistent.set_user_attr(key, value)
         except optuna.exceptions.DuplicatedStudyError:
             raise StorageError(
                 f"study '{name}' was just created in {spec.label} by another driver; "
@@ -501,7 +528,9 @@ def _open(
         if start_from_greedy:
             for params in problem.start_params():
                 memory.enqueue_trial(params)
-        return StudyStore(persistent, memory, 0, flush_interval_s, spec=spec)
+        return StudyStore(
+            persistent, memory, 0, flush_interval_s, spec=spec, param_dists=knob_dists
+        )
     persistent = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     _check_identity(name, spec, persistent.user_attrs.get(IDENTITY_ATTR), identity)
     if before_create is not None:
@@ -511,9 +540,25 @@ def _open(
     old = study_records(persistent, stored=True)
     memory.add_trials([_mirrored_trial(r, problem) for r in old])
     offset = len(persistent.get_trials(deepcopy=False)) - len(old)
+    stored = {r.trial for r in old}
     return StudyStore(
-        persistent, memory, offset, flush_interval_s, {r.trial for r in old}, spec=spec
+        persistent, memory, offset, flush_interval_s, stored, spec=spec, param_dists=knob_dists
     )
+
+
+def study_attrs(problem: Problem) -> dict[str, Any]:
+    """Study user attributes for people and dashboards: what was searched, on what."""
+    graph, hw = problem.graph, problem.base_hw
+    return {
+        "model": graph.name,
+        "graph_hash": graph.structural_hash,
+        "space": problem.space.to_dict(),
+        "space_file": problem.space.source,
+        "hardware_base": hw.name,
+        "hardware_base_hash": hw.hash,
+        "search": "bilevel (exact plan per design)" if problem.bilevel else "plan-level",
+        "objective_metrics": list(problem.objective_metrics),
+    }
 
 
 SCHEMA_RACE_TEXT = ("alembic_version", "duplicate key", "already exists", "UniqueViolation")
@@ -583,14 +628,21 @@ def study_records(study: optuna.Study, stored: bool = False) -> list[TrialRecord
     return sorted(records, key=lambda r: r.trial)
 
 
-def _stored_trial(record: TrialRecord) -> optuna.trial.FrozenTrial:
-    """The compact persistent form of a finished trial."""
+def _stored_trial(
+    record: TrialRecord, param_dists: dict[str, Any] | None = None
+) -> optuna.trial.FrozenTrial:
+    """The compact persistent form of a finished trial: state, values, constraints, the
+    parameters of ``param_dists`` and the record."""
     import optuna
 
     done = record.state == "COMPLETE"
+    dists = param_dists or {}
+    params = {k: v for k, v in record.params.items() if k in dists}
     return optuna.trial.create_trial(
         state=optuna.trial.TrialState.COMPLETE if done else optuna.trial.TrialState.FAIL,
         values=list(record.values) if done else None,
+        params=params,
+        distributions={k: dists[k] for k in params},
         user_attrs={RECORD_ATTR: record.to_dict()},
         system_attrs=_constraint_attrs(record),
     )

@@ -59,6 +59,7 @@ import numpy as np
 
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import element_ops, is_fc_like
+from fusiontune.sim.area import chip_area_mm2
 from fusiontune.sim.groupmodel import (
     FLOAT_FIELDS,
     INT_FIELDS,
@@ -148,6 +149,8 @@ class Metrics(CostFields):
     n_groups: int
     lower_bound_bytes: int
     groups: tuple[GroupMetrics, ...] = field(repr=False)
+    area_mm2: float = 0.0
+    """Chip area of the hardware (:mod:`fusiontune.sim.area`; the same for every plan)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Flat row for the ``trials`` table (no per-group rows; violations joined by ``; ``)."""
@@ -157,7 +160,8 @@ class Metrics(CostFields):
             "hw_hash": self.hw_hash,
             "n_groups": self.n_groups,
         }
-        return {**head, **self.cost_dict(), "lower_bound_bytes": self.lower_bound_bytes}
+        tail = {"lower_bound_bytes": self.lower_bound_bytes, "area_mm2": self.area_mm2}
+        return {**head, **self.cost_dict(), **tail}
 
     def group_rows(self) -> list[dict[str, Any]]:
         """One flat dict per group (the ``groups`` table)."""
@@ -322,6 +326,7 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
         buffer_needed_bytes=int(stack[:, buffer_col].max()),
         crossbars_needed=crossbars,
         lower_bound_bytes=lower_bound(graph, hw),
+        area_mm2=chip_area_mm2(hw),
         feasible=not violations,
         violations=tuple(violations),
         groups=tuple(rows),
