@@ -219,7 +219,7 @@ def start_notes(curves: Sequence[Curve], refs: dict[tuple[str, str], Reference])
         first = runs[0].best_bytes[0]
         if first is None:
             out.append(
-                f"{model} on {preset}: trial 1 (the hardware-blind greedy plan) is infeasible "
+                f"{model} on {preset}: trial 1 (the hardware-aware greedy plan) is infeasible "
                 "there; every curve starts at the first feasible plan a sampler finds."
             )
             continue
@@ -337,9 +337,10 @@ def main() -> None:
         "the old 'optimum'). best_over_capacity_bound: against the capacity-aware lower "
         "bound. trials_to_1pct: first trial whose best-so-far is within 1 % of the optimum "
         "(empty: never within the budget; counted as trials + 1 in the medians).",
-        "Trial 1 of every run is the planner's hardware-blind greedy plan (the search driver "
-        "enqueues greedy_plan(graph, config) without the hardware): often one "
-        "whole-network group. The later trials are the sampler's own.",
+        "Every run starts from four enqueued plans: the hardware-aware greedy plan (trial 1: "
+        "groups join only when the union fits the chip), the hardware-blind greedy plan "
+        "(maximal fusion, often one whole-network group), the TVM-like and the unfused plan. "
+        "The later trials are the sampler's own.",
         f"Total wall time {time.perf_counter() - start:.0f} s. Plot: exp_search_quality.png "
         "(median over seeds, band = min..max; dotted line = 1 % above the optimum).",
     ]

@@ -224,21 +224,27 @@ class Problem:
         return out
 
     def greedy_params(self) -> dict[str, Any]:
-        """Parameters that describe ``greedy_plan`` (the first trial of a new study)."""
+        """Parameters that describe ``greedy_plan`` (maximal fusion, blind to the hardware)."""
         from fusiontune.planner.baselines import greedy_plan
 
         return self.plan_params(greedy_plan(self.graph, self.config))
 
     def start_params(self) -> list[dict[str, Any]]:
-        """The trials a new study starts from: the greedy plan (maximal fusion, blind to the
-        hardware) and the TVM-like plan (small groups: feasible on a tight chip where greedy
-        overflows the buffer), so the search always has a good and a feasible incumbent."""
-        from fusiontune.planner.baselines import tvm_like_plan
+        """The trials a new study starts from: the hardware-aware greedy plan (groups join
+        only when the union fits the base hardware), the hardware-blind greedy plan (maximal
+        fusion), the TVM-like plan and the unfused plan (every op alone runs, tiled through
+        DRAM where it must), so the search always has a good and a feasible incumbent."""
+        from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
 
         if self.bilevel:
             base = self.base_knob_params()
             return [base] if base else []
-        starts = [self.greedy_params(), self.plan_params(tvm_like_plan(self.graph, self.config))]
+        starts = [
+            self.plan_params(greedy_plan(self.graph, self.config, self.base_hw)),
+            self.greedy_params(),
+            self.plan_params(tvm_like_plan(self.graph, self.config)),
+            self.plan_params(unfused_plan(self.graph)),
+        ]
         seed = self.exact_seed_params()
         if seed is not None:
             starts.insert(0, seed)
