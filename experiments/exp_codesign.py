@@ -189,6 +189,8 @@ def _kib(row: dict[str, Any]) -> str:
 def _buffer_notes(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> list[str]:
     """The buffer sweep in words: savings, knee, where the optimum stops changing, the
     capped optimum and how tight each bound is."""
+    infeasible = [r for r in rows if r.get("optimum_bytes") is None]
+    rows = [r for r in rows if r.get("optimum_bytes") is not None]
     first, last = rows[0], front[-1]
     knee = next((r for r in rows if r.get("benefit_share", 0) >= 0.9), rows[-1])
     whole = "one group: the whole network" if last["groups"] == 1 else f"{last['groups']} groups"
@@ -205,6 +207,13 @@ def _buffer_notes(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> li
         + (", and its traffic is the compulsory traffic (graph input + output)." if at_bound
            else "."),
     ]  # fmt: skip
+    if infeasible:
+        out.append(
+            f"Up to {_kib(infeasible[-1])} no plan fits, not even the unfused one: some op's "
+            "smallest tile (one output column of a 3x3 convolution over all its input "
+            "channels: the tiled singletons do not split the reduction axis) exceeds the "
+            "buffer. The optimizer proves it (proven infeasible)."
+        )
     capped = [r for r in rows if r.get("capped12_bytes") is not None]
     if capped:
         floor = min(r["capped12_bytes"] for r in capped)
