@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ TARGET_MODELS_S = 1.0
 KIB = 1024
 MIB = 1 << 20
 POLL_S = 0.02
+OUTPUT_KEEP_BYTES = 4096  # of a command's output: the count, the JSON of a child
 
 # in-process timings of one graph (run in a child: greedy, optimum), printed as JSON
 _INPROC = """
@@ -63,28 +65,32 @@ _FLOOR = "import onnx, fusiontune.frontend.onnx_import"
 def run_timed(cmd: list[str], code_dir: Path, timeout_s: float) -> dict[str, Any]:
     """Run ``cmd`` with ``code_dir``'s package first on the path; wall time, peak RSS."""
     env = dict(os.environ, PYTHONPATH=str(code_dir), PYTHONWARNINGS="ignore")
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        cwd="/",  # nothing importable in the working folder
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    status = "ok"
-    while True:
-        pid, code, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - start > timeout_s:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pid, code, usage = os.wait4(proc.pid, 0)
-            status = "timeout"
-            break
-        time.sleep(POLL_S)
-    wall = time.perf_counter() - start
-    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    # stdout to a file, not a pipe: `--explain` prints more than a pipe holds, and a child
+    # blocked on a full pipe would look like a slow command
+    with tempfile.TemporaryFile() as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd="/",  # nothing importable in the working folder
+            env=env,
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        status = "ok"
+        while True:
+            pid, code, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - start > timeout_s:
+                os.killpg(proc.pid, signal.SIGKILL)
+                pid, code, usage = os.wait4(proc.pid, 0)
+                status = "timeout"
+                break
+            time.sleep(POLL_S)
+        wall = time.perf_counter() - start
+        sink.seek(0)
+        out = sink.read(OUTPUT_KEEP_BYTES).decode(errors="replace")
     if status == "ok" and os.waitstatus_to_exitcode(code) != 0:
         status = f"exit {os.waitstatus_to_exitcode(code)}"
     return {"s": wall, "rss_mb": usage.ru_maxrss * KIB / MIB, "status": status, "out": out}

@@ -32,8 +32,9 @@ def register(sub: Any) -> None:
     p.add_argument("--patterns", default=None, metavar="P1,P2,...",
                    help="enabled patterns, e.g. P1 or P1,P2 (default P1,P2,P3,P4)")  # fmt: skip
     p.add_argument("--budget", type=positive_int, default=DEFAULT_COUNT_BUDGET, metavar="N",
-                   help="work units (about a microsecond each) for counting and for explaining; "
-                   "past them the count is a proven lower bound and the explanation lists the "
+                   help="work units (about a microsecond each) for counting (shared with the "
+                   "walk over legal groups unless --count); past them the count is a proven "
+                   "lower bound and the explanation lists the "
                    f"patterns found (default {DEFAULT_COUNT_BUDGET:,})")  # fmt: skip
     p.set_defaults(func=run)
 
@@ -55,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         cfg_kwargs["patterns"] = _parse_patterns(args.patterns)
     cfg = PlannerConfig(**cfg_kwargs)
 
-    count = count_within(graph, cfg, args.budget)
+    # --count spends the whole budget on counting; otherwise counting and the walk over
+    # legal groups (candidate edges, --explain) share it
+    count = count_within(graph, cfg, args.budget if args.count else max(1, args.budget // 2))
     counted: dict[str, Any] = {"plans": count.value, "plans_exact": count.exact}
     if not count.exact:
         counted["plans_note"] = f"at least this many: {count.reason}"
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"model": graph.name, **counted}) if args.json else count)
         return 0
     greedy = greedy_plan(graph, cfg)
-    summary = summary_within(graph, cfg, args.budget)
+    summary = summary_within(graph, cfg, max(1, args.budget // 2))
     report: dict[str, Any] = {
         "model": graph.name,
         "ops": len(graph.ops),
@@ -76,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.limit:
         report["first_plans"] = [p.to_dict() for p in enumerate_plans(graph, args.limit, cfg)]
-    explained = explain(graph, cfg, args.budget) if args.explain else []
+    explained = explain(graph, cfg, max(1, args.budget // 2)) if args.explain else []
     if args.explain:
         report["explain"] = [e.to_dict() for e in explained]
     if args.out:

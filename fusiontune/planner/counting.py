@@ -34,11 +34,14 @@ from fusiontune.planner.legality import GroupView, legal_modes
 from fusiontune.planner.plan import PlannerConfig
 from fusiontune.planner.remainders import OverBudget, Remainders
 
-DEFAULT_COUNT_BUDGET = 400_000
+DEFAULT_COUNT_BUDGET = 1_600_000
 """Work units (:mod:`fusiontune.planner.remainders`: about a microsecond of an idle core
-each) of :func:`count_within` and ``fusiontune plans`` by default; times measured by
-``experiments/bench_cli.py``."""
+each: exact counts of the sweep's classifiers need 0.2-1.2 million) of :func:`count_within`
+and ``fusiontune plans`` by default; times measured by ``experiments/bench_cli.py``."""
 
+
+EXACT_SHARE_NUM, EXACT_SHARE_DEN = 3, 4
+"""Share of :func:`count_within`'s budget for the exact count (the rest: without P4)."""
 
 CHAIN_INTERVAL_MAX_OPS = 32
 """Longest interval :func:`chain_plans` tries (shorter ones only: still a lower bound, and
@@ -80,16 +83,17 @@ def count_within(
     Memory and time grow with the budget, never with the graph's number of ideals.
     """
     cfg = config or PlannerConfig()
-    half = max(1, budget // 2)  # the exact count first, the lower bound without P4 second
+    # the exact count first (most of the budget), the lower bound without P4 second
+    first = max(1, budget * EXACT_SHARE_NUM // EXACT_SHARE_DEN)
     try:
-        return PlanCount(_count(graph, cfg, half), True)
+        return PlanCount(_count(graph, cfg, first), True)
     except OverBudget:
         pass
-    why = f"the exact count needs more than {half:,} units of work"
+    why = f"the exact count needs more than {first:,} units of work"
     if "P4" in cfg.patterns:
         try:
             no_p4 = replace(cfg, patterns=cfg.patterns - {"P4"})
-            value = _count(graph, no_p4, half)
+            value = _count(graph, no_p4, max(1, budget - first))
             return PlanCount(value, False, f"{why}; counted: plans without P4 stream groups")
         except OverBudget:
             pass

@@ -275,6 +275,12 @@ class _Search:
                     continue
                 expanded.add(ideal)
                 for t in lat.walk(ideal, acc=model):
+                    # one walk can be exponential on a wide graph: the limit holds inside it
+                    # too; a walk cut short leaves its ideal unexpanded (it bounds the gap)
+                    if self.deadline is not None and time.perf_counter() > self.deadline:
+                        expanded.discard(ideal)
+                        timed_out = True
+                        break
                     nxt = ideal | t.mask
                     for mode, totals in zip(t.modes, t.payloads):
                         if totals is None:
