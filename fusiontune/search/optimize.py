@@ -323,6 +323,12 @@ class _Search:
         for ideal, ls in labels.items():
             if ideal not in expanded:
                 bound = min(bound, min(lb.primary for lb in ls) + self.remaining(ideal))
+        if math.isfinite(bound):  # the frontier's bound can be looser than the plan-wide ones
+            bound = max(bound, self.remaining(0))
+            if self.metric == "traffic_bytes":
+                from fusiontune.sim.cost import lower_bound
+
+                bound = max(bound, lower_bound(self.graph, self.hw))
         plan: Plan | None = None
         value = None
         if final:
