@@ -18,13 +18,14 @@ and every merge candidate merged), on each hardware preset given:
 - export time (``export_plan``: compile, write, full ONNX check).
 
 Usage: ``python experiments/exp_export.py [--small] [--models a,b] [--hardware isaac_ddr,sram_edge]
-[--tvm-python /work/tvm-venv/bin/python]``. Writes ``results/exp_export.{md,csv}``.
+[--tvm-python TVM_VENV/bin/python]``. Writes ``results/exp_export.{md,csv}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ SMALL_INPUT = {  # the test sizes: CNNs at 32x32, BERT at 16 tokens
 }  # fmt: skip
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64", "bfloat16"})
 TOLERANCE = 1e-5  # the issue's bar: relative, float numerics
-DEFAULT_TVM_PYTHON = Path("/work/tvm-venv/bin/python")
+DEFAULT_TVM_PYTHON = Path(os.environ.get("FUSIONTUNE_TVM_PYTHON", "tvm-venv/bin/python"))
 TVM_RUNNER = Path(__file__).resolve().parent / "peers" / "tvm_fuse_count.py"
 TVM_TIMEOUT_S = 3600
 

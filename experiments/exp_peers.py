@@ -22,8 +22,8 @@ Writes ``results/exp_peers.md`` and ``results/exp_peers.csv`` (one row per layer
 and metric: fusiontune, peer, ratio). Usage::
 
     python experiments/exp_peers.py                       # committed peer figures
-    python experiments/exp_peers.py --zigzag-python /work/peers-venv311/bin/python \\
-        --stream-python /work/peers-venv312/bin/python     # run the peers here
+    python experiments/exp_peers.py --zigzag-python PEERS311/bin/python \\
+        --stream-python PEERS312/bin/python     # run the peers here
 """
 
 from __future__ import annotations
