@@ -650,19 +650,7 @@ def _stored_trial(
 
 def _mirrored_trial(record: TrialRecord, problem: Problem) -> optuna.trial.FrozenTrial:
     """A stored trial with its parameters restored, for the sampler's history."""
-    import optuna
-
-    dists = problem.distributions()
-    params = {k: v for k, v in record.params.items() if k in dists}
-    done = record.state == "COMPLETE"
-    return optuna.trial.create_trial(
-        state=optuna.trial.TrialState.COMPLETE if done else optuna.trial.TrialState.FAIL,
-        values=list(record.values) if done else None,
-        params=params,
-        distributions={k: dists[k] for k in params},
-        user_attrs={RECORD_ATTR: record.to_dict()},
-        system_attrs=_constraint_attrs(record),
-    )
+    return _stored_trial(record, problem.distributions())
 
 
 def _constraint_attrs(record: TrialRecord) -> dict[str, float]:
