@@ -198,7 +198,7 @@ def _buffer_notes(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> li
     out = [
         f"Buffer: the front has {len(front)} points; the optimum saves "
         f"{1 - first['optimum_bytes'] / first['unfused_bytes']:.0%} of the unfused traffic with "
-        f"{_kib(first)} (element-wise P1/P2 groups need no line buffer) and "
+        f"{_kib(first)}, the smallest buffer on which a plan fits, and "
         f"{1 - last['optimum_bytes'] / last['unfused_bytes']:.0%} from {_kib(last)} on; 90 % "
         f"of the full benefit is reached at {_kib(knee)}. Below that the stream groups' line "
         "buffers (rows of the early 112x112 and 56x56 maps) no longer fit and fusion stops "
