@@ -17,7 +17,7 @@ Per IMA (8 crossbars), count and area of each row:
 
 Per tile (12 IMAs = 96 crossbars):
 
-- eDRAM buffer, 64 KB: 0.083 mm² -> per byte of ``buffer_bytes``;
+- eDRAM buffer, 64 KB: 0.083 mm² -> per byte of ``buffer_bytes`` (eDRAM buffers, below);
 - eDRAM-to-IMA bus 0.090 mm², router 0.151 mm² shared by 4 tiles, sigmoid (2) 0.0006 mm²,
   shift-and-add 0.00006 mm², max-pool 0.00024 mm², output register (3 KB) 0.0032 mm² ->
   "tile digital", per crossbar (one 96th each);
@@ -40,8 +40,27 @@ How a configuration scales them (each scaling is stated, none is a published num
   ADCs (0 pJ per conversion, a digital array) has no ADC area.
 - **Arrays** scale with ``crossbar_rows x crossbar_cols`` over ISAAC's 128 x 128 cells, DACs
   with the rows, sample-and-hold circuits with the columns.
-- **Buffer**: ``buffer_bytes`` at ISAAC's eDRAM density (0.083 mm² per 64 KB). There is no
-  SRAM density with a source in cim-parameters.md, so every buffer is costed as eDRAM.
+- **Buffer**, by ``hw.buffer_tech`` (both at 32 nm, ISAAC's node; no node scaling):
+
+  - ``edram`` (the default): ISAAC's eDRAM, 0.083 mm² per 64 KB (Table 6), i.e.
+    0.001297 mm² per KiB, periphery included (ISAAC's CACTI figure for the whole buffer).
+  - ``sram``: a 6T bitcell of 0.171 µm² (Intel 32 nm, Natarajan et al., "A 32nm logic
+    technology featuring 2nd-generation high-k + metal-gate transistors, enhanced channel
+    strain and 0.171µm² SRAM cell size in a 291Mb array", IEDM 2008: the number is in the
+    title; it is 167 F² at F = 32 nm, in line with DNN+NeuroSim V1.4 ``Param.cpp``'s note
+    "suggested SRAM cell size above 22nm: 160F^2") over an array efficiency of 0.7, the share
+    of the macro the bitcells take (**assumed**: no published efficiency in
+    cim-parameters.md; 0.6 or 0.8 would give 0.00233 or 0.00175 mm² per KiB). Per KiB:
+    8,192 bits x 0.171 µm² / 0.7 = 2,001 µm² = 0.002001 mm², 1.54x ISAAC's eDRAM.
+
+  The technology changes the area only. Its access energy is ``buffer_pj_per_bit``, set per
+  preset from that preset's own source (ISAAC's eDRAM 0.08 pJ/bit; ZigZag's SRAM 0.78 pJ/bit
+  at another size and node, so the two are not an eDRAM-vs-SRAM comparison), and eDRAM
+  refresh has no sourced energy in cim-parameters.md, so none is modelled.
+  Presets whose sources describe an SRAM buffer (``sram_edge``, ``zigzag_aimc``,
+  ``stream_tpu_like``) say ``buffer_tech: sram``; the ISAAC presets keep eDRAM. The
+  ``sram_edge`` preset borrows ZigZag's 28 nm energies, but its area, like every component
+  here, is priced at 32 nm.
 - **Digital units and interconnect** of a tile (bus, router share, sigmoid, shift-and-add,
   max-pool, output register) are charged per crossbar: a tile holds 96 of them.
 - ISAAC's four HyperTransport links (22.88 mm²) connect ISAAC chips to each other; the model
@@ -55,6 +74,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
+
+from fusiontune.sim.hardware import BITS_PER_BYTE
 
 if TYPE_CHECKING:
     from fusiontune.sim.hardware import HardwareConfig
@@ -92,6 +113,21 @@ ISAAC_TILE_SIGMOID_MM2 = 0.0006
 ISAAC_TILE_SHIFT_ADD_MM2 = 0.00006
 ISAAC_TILE_MAXPOOL_MM2 = 0.00024
 ISAAC_TILE_OUTPUT_REG_MM2 = 0.0032  # OR, 3 KB
+
+# ---- buffer by technology (module docstring: sources and derivation) ---------------------
+UM2_PER_MM2 = 1e6
+SRAM_BITCELL_UM2 = 0.171
+"""Intel 32 nm 6T SRAM bitcell (Natarajan et al., IEDM 2008, title)."""
+SRAM_ARRAY_EFFICIENCY = 0.7
+"""Bitcells' share of an SRAM macro's area: assumed (no published figure in
+cim-parameters.md)."""
+SRAM_MM2_PER_KIB = KIB * BITS_PER_BYTE * SRAM_BITCELL_UM2 / SRAM_ARRAY_EFFICIENCY / UM2_PER_MM2
+"""8,192 bits x 0.171 µm² / 0.7 = 0.002001 mm² per KiB."""
+BUFFER_AREA: dict[str, tuple[int, float]] = {
+    "edram": (ISAAC_EDRAM_BYTES, ISAAC_EDRAM_MM2),
+    "sram": (KIB, SRAM_MM2_PER_KIB),
+}
+"""Buffer technology -> (bytes, mm²) of a reference buffer; area scales with the bytes."""
 
 # ---- chip ---------------------------------------------------------------------------------
 ISAAC_TILES = 168
@@ -160,9 +196,15 @@ def area_breakdown(hw: HardwareConfig) -> AreaBreakdown:
         sample_hold_mm2=n * hw.crossbar_cols * ISAAC_SAMPLE_HOLD_MM2,
         array_mm2=n * cells * ISAAC_ARRAY_MM2,
         ima_digital_mm2=n * ima_digital,
-        buffer_mm2=hw.buffer_bytes / ISAAC_EDRAM_BYTES * ISAAC_EDRAM_MM2,
+        buffer_mm2=buffer_mm2(hw),
         tile_digital_mm2=n * tile_digital,
     )
+
+
+def buffer_mm2(hw: HardwareConfig) -> float:
+    """Area of the activation buffer: ``buffer_bytes`` at its technology's density."""
+    ref_bytes, ref_mm2 = BUFFER_AREA[hw.buffer_tech]
+    return hw.buffer_bytes / ref_bytes * ref_mm2
 
 
 @lru_cache(maxsize=256)

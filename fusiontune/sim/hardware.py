@@ -56,6 +56,9 @@ DRAM_KINDS: dict[str, tuple[float, float]] = {
 }
 DRAM_CUSTOM = "custom"
 
+BUFFER_TECHS = ("edram", "sram")
+"""Technologies of the on-chip buffer; each has its area per KiB in :mod:`fusiontune.sim.area`."""
+
 MAX_INT_BITS = 32
 MAX_CROSSBAR_DIM = 4096
 MAX_CELL_BITS = 8
@@ -116,6 +119,9 @@ class HardwareConfig:
             periphery). With ``array_units``, the row tiles of a matrix that take turns pass
             their partial sums through the buffer (written and read back once per extra turn);
             ``weight_reload`` sizes its tiles with them (ZigZag: 16 = 2 x 8-bit activations).
+        buffer_tech: technology of the activation buffer, ``edram`` (ISAAC's, the default) or
+            ``sram``; it sets the buffer's area per KiB (:mod:`fusiontune.sim.area`) and
+            nothing else: the access energy is ``buffer_pj_per_bit``, given per preset.
     """
 
     name: str = "isaac_reram"
@@ -148,6 +154,7 @@ class HardwareConfig:
     overlap_memory_compute: bool = True
     weight_reload: bool = False
     psum_bits: int = 0
+    buffer_tech: str = "edram"
 
     def __post_init__(self) -> None:
         """Refuse out-of-range or contradictory values however the config was built (a direct
@@ -271,6 +278,7 @@ _RULES: dict[str, tuple[str, float, float]] = {
     "psum_bits": (_INT, 0, 2 * MAX_INT_BITS),
     "name": (_STR, 0, 0),
     "dram_kind": (_STR, 0, 0),
+    "buffer_tech": (_STR, 0, 0),
 }
 _KEYS = tuple(f.name for f in fields(HardwareConfig))
 _HASHED_ONLY_WHEN_SET: dict[str, Any] = {
@@ -278,6 +286,7 @@ _HASHED_ONLY_WHEN_SET: dict[str, Any] = {
     "overlap_memory_compute": HardwareConfig.overlap_memory_compute,
     "weight_reload": HardwareConfig.weight_reload,
     "psum_bits": HardwareConfig.psum_bits,
+    "buffer_tech": HardwareConfig.buffer_tech,
 }
 """Knobs whose default reproduces the model before they existed: hashed only when changed, so
 every earlier config keeps its :attr:`HardwareConfig.hash` (stored results stay comparable)."""
@@ -377,6 +386,11 @@ def _resolve_dram(values: dict[str, Any], given: Mapping[str, Any], source: str)
 
 
 def _check_consistent(hw: HardwareConfig, source: str) -> None:
+    if hw.buffer_tech not in BUFFER_TECHS:
+        raise ConfigError(
+            f"{source}: key 'buffer_tech' = {hw.buffer_tech!r} is not one of "
+            f"{', '.join(BUFFER_TECHS)}{closest(str(hw.buffer_tech), BUFFER_TECHS)}"
+        )
     if hw.cell_bits > hw.weight_bits:
         raise ConfigError(
             f"{source}: key 'cell_bits' = {hw.cell_bits} exceeds weight_bits = {hw.weight_bits}; "
