@@ -8,7 +8,8 @@ Stages, in order:
 2. open (or resume) the Optuna study;
 3. run the trials on the chosen backend;
 4. evaluate the baselines at the base hardware: unfused, greedy, exhaustive (small graphs)
-   and the exact oracle (additive objectives);
+   and the exact oracle (additive objectives); with hardware knobs, again at the best trial's
+   hardware (every baseline row says which hardware it used);
 5. build the ``trials`` and ``groups`` tables, optionally verify the best plan by execution;
 6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``best_hardware.yaml``
    (the best trial's hardware, loadable with ``--hardware``), ``summary.json``.
@@ -51,11 +52,16 @@ if TYPE_CHECKING:
 
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
+    from fusiontune.sim.hardware import HardwareConfig
 
 EXHAUSTIVE_MAX_PLANS = 2000
 """Largest ``count_plans`` for which the exhaustive baseline enumerates every plan."""
 
 BASELINES = ("unfused", "tvm_like", "greedy", "exhaustive", "oracle")
+
+AT_BEST_HW = "@best_hw"
+"""Suffix of the ``source`` of a baseline row computed at the best trial's hardware (co-design:
+``oracle@best_hw``); rows without it used the base hardware (column ``hw_role``)."""
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -313,9 +319,16 @@ def _finish(
     frames = [res.trials_frame(records, ctx)]
     base_records: dict[str, TrialRecord] = {}
     oracle_info: dict[str, Any] = {}
+    best_hw = res.hardware_from_json(best.hw_json)
+    at_best: dict[str, Any] | None = None
     if baselines:
-        base_records, oracle_info = _baselines(problem)
-        frames += [res.trials_frame([r], ctx, source=k) for k, r in base_records.items()]
+        base_records, oracle_info = _baselines(problem, problem.base_hw)
+        frames += [
+            res.trials_frame([r], ctx, source=k, hw_role="base") for k, r in base_records.items()
+        ]
+        if problem.space.knobs:
+            at_best, best_frames = _baselines_at_best(problem, best, best_hw, ctx)
+            frames += best_frames
     import pandas as pd
 
     trials_df = pd.concat(frames, ignore_index=True)
@@ -330,13 +343,14 @@ def _finish(
         summary_extra = {}
     groups_df = _groups_table(graph, trials_df, name)
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
+    if at_best is not None:
+        summary["at_best_hardware"] = at_best
     summary.update(summary_extra)
     summary["storage"] = store.spec.label
     if isinstance(store.spec.target, str) and store.spec.target.startswith("sqlite:"):
         summary["storage_url"] = store.spec.target  # other URLs may hold a password
     if problem.space.objective == "multi":
         summary["pareto_front"] = pareto_front(records, problem)
-    best_hw = res.hardware_from_json(best.hw_json)
     res.write_text(best_hardware_yaml(best_hw, problem, best), out_dir / res.BEST_HARDWARE_FILE)
     summary["files"]["best_hardware"] = str(out_dir / res.BEST_HARDWARE_FILE)
 
@@ -429,25 +443,30 @@ def _plan_of(plan_json: str) -> Plan:
     return Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in data["groups"]))
 
 
-def _evaluate(problem: Problem, plan: Plan, number: int = -1) -> TrialRecord:
-    """A row for ``plan`` at base hardware; an evaluation that raises is a failed row."""
-    outcome = evaluate_batch(problem.graph, [EvalTask(number, plan, problem.base_hw)])[0]
-    return make_record(problem, number, plan, problem.base_hw, outcome)
+def _evaluate(problem: Problem, plan: Plan, hw: HardwareConfig) -> TrialRecord:
+    """A row for ``plan`` at ``hw``; an evaluation that raises is a failed row."""
+    outcome = evaluate_batch(problem.graph, [EvalTask(-1, plan, hw)])[0]
+    return make_record(problem, -1, plan, hw, outcome)
 
 
-def _baseline(problem: Problem, name: str, make_plan: Callable[[], Plan]) -> TrialRecord:
+def _baseline(
+    problem: Problem, hw: HardwareConfig, name: str, make_plan: Callable[[], Plan]
+) -> TrialRecord:
     """A baseline row; a baseline whose plan cannot be built is recorded as failed (the
     search's own results stand without it)."""
     try:
         plan = make_plan()
     except Exception as exc:
         return TrialRecord(-1, "FAIL", error=f"{name} plan: {type(exc).__name__}: {exc}")
-    return _evaluate(problem, plan)
+    return _evaluate(problem, plan, hw)
 
 
-def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
-    """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at base
-    hardware. A baseline that fails is recorded as failed; the others go on."""
+def _baselines(
+    problem: Problem, hw: HardwareConfig
+) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
+    """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at
+    ``hw`` (the base hardware, or the best trial's). A baseline that fails is recorded as
+    failed; the others go on."""
     from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
     from fusiontune.planner.counting import count_within
     from fusiontune.planner.enumerate import enumerate_plans
@@ -455,11 +474,11 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
     from fusiontune.sim.bounds import capacity_bound
     from fusiontune.sim.cost import lower_bound
 
-    graph, cfg, hw = problem.graph, problem.config, problem.base_hw
+    graph, cfg = problem.graph, problem.config
     out = {
-        "unfused": _baseline(problem, "unfused", lambda: unfused_plan(graph)),
-        "tvm_like": _baseline(problem, "tvm_like", lambda: tvm_like_plan(graph, cfg)),
-        "greedy": _baseline(problem, "greedy", lambda: greedy_plan(graph, cfg, hw)),
+        "unfused": _baseline(problem, hw, "unfused", lambda: unfused_plan(graph)),
+        "tvm_like": _baseline(problem, hw, "tvm_like", lambda: tvm_like_plan(graph, cfg)),
+        "greedy": _baseline(problem, hw, "greedy", lambda: greedy_plan(graph, cfg, hw)),
     }
     info: dict[str, Any] = {}
     try:
@@ -467,7 +486,7 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
         info["count_plans"] = int(counted.value)
         info["count_plans_exact"] = counted.exact
         if counted.exact and counted.value <= EXHAUSTIVE_MAX_PLANS:
-            candidates = [_evaluate(problem, p) for p in enumerate_plans(graph, config=cfg)]
+            candidates = [_evaluate(problem, p, hw) for p in enumerate_plans(graph, config=cfg)]
             best = best_record(candidates, problem)
             if best is not None:
                 out["exhaustive"] = best
@@ -497,9 +516,63 @@ def _baselines(problem: Problem) -> tuple[dict[str, TrialRecord], dict[str, Any]
         oracle_groups=oracle.n_groups,
     )
     if oracle.plan is not None:
-        out["oracle"] = _evaluate(problem, oracle.plan)
+        out["oracle"] = _evaluate(problem, oracle.plan, hw)
         info["optimum"] = oracle.value
     return out, info
+
+
+def _baselines_at_best(
+    problem: Problem, best: TrialRecord, best_hw: HardwareConfig, ctx: res.RowContext
+) -> tuple[dict[str, Any], list[pd.DataFrame]]:
+    """The baselines again at the best trial's hardware (a co-design run): the summary block
+    ``at_best_hardware`` and the rows (source ``<name>@best_hw``, ``hw_role`` ``best``).
+
+    The block holds the hardware's label, the rows, the oracle's certificate and
+    ``best_over_optimum``: the best trial's value of the oracle's objective over the optimum
+    at the same hardware (1.0 for a bilevel trial, whose plan is that optimum). When the best
+    trial kept the base hardware, the base rows stand (``same_as_base``).
+    """
+    from fusiontune.search.optimize import OBJECTIVE_METRIC
+
+    label = _hardware_label(best_hw, problem, "best")
+    if best.hw_hash == problem.base_hw.hash:
+        return {"hardware": label, "same_as_base": True}, []
+    records, info = _baselines(problem, best_hw)
+    frames = [
+        res.trials_frame([r], ctx, source=name + AT_BEST_HW, hw_role="best")
+        for name, r in records.items()
+    ]
+    block: dict[str, Any] = {"hardware": label, "baselines": _baseline_rows(records, label)}
+    block.update(info)
+    oracle = records.get("oracle")
+    metric = OBJECTIVE_METRIC.get(str(info.get("oracle_objective")))
+    if oracle is not None and oracle.state == "COMPLETE" and metric is not None:
+        optimum = float(oracle.metrics[metric])
+        block["best_over_optimum"] = float(best.metrics[metric]) / optimum if optimum else 1.0
+    return block, frames
+
+
+def _hardware_label(hw: HardwareConfig, problem: Problem, role: str) -> dict[str, Any]:
+    """Which hardware a baseline row used: ``role`` (``base`` or ``best``), name, hash and the
+    searched knobs' values."""
+    data = hw.to_dict()
+    return {
+        "role": role,
+        "name": hw.name,
+        "hw_hash": hw.hash,
+        "knobs": {k.name: data[k.name] for k in problem.space.knobs},
+    }
+
+
+def _baseline_rows(records: Mapping[str, TrialRecord], hardware: dict[str, Any]) -> dict[str, Any]:
+    """Baseline rows for summary.json: metrics, values, error, and the hardware they used."""
+    metrics = ("traffic_bytes", "energy_pj", "cycles")
+    return {
+        name: {m: r.metrics.get(m) for m in metrics}
+        | {"values": list(r.values), "hardware": hardware}
+        | ({"error": r.error} if r.state != "COMPLETE" else {})
+        for name, r in records.items()
+    }
 
 
 def _verify(graph: Graph, plan: Plan, hw: Any) -> tuple[float, bool]:
@@ -578,12 +651,7 @@ def _summary(
             "hardware": _hardware_summary(best, problem),
             **({"plan_certificate": best.solver} if best.solver else {}),
         },
-        "baselines": {
-            k: {m: r.metrics.get(m) for m in (metric, "energy_pj", "cycles")}
-            | {"values": list(r.values)}
-            | ({"error": r.error} if r.state != "COMPLETE" else {})
-            for k, r in base.items()
-        },
+        "baselines": _baseline_rows(base, _hardware_label(problem.base_hw, problem, "base")),
         "fusiontune_version": ctx.version,
         "files": {
             "trials": str(out_dir / res.TRIALS_FILE),

@@ -2,7 +2,10 @@
 Parquet files and reload (:func:`load_results`).
 
 ``trials``: one row per evaluated plan (search trials and baselines), carrying everything
-needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune version.
+needed to re-simulate it: graph hash, hardware JSON, plan JSON, fusiontune version. Which
+hardware a row used: ``hw_hash``, ``hw.<field>`` (every field, the knobs included) and
+``hw_role`` (``trial``: the trial's own; ``base``: the base hardware; ``best``: the best
+trial's, for the baselines a co-design run computes again there, source ``<name>@best_hw``).
 ``groups``: one row per (plan, hardware, group) with the group's pattern, mode and costs.
 
 Files under ``<out>/<study>/``: ``trials.parquet``, ``groups.parquet``, ``best_plan.json``,
@@ -35,7 +38,8 @@ GROUPS_FILE = "groups.parquet"
 BEST_PLAN_FILE = "best_plan.json"
 BEST_MODEL_FILE = "best_model.onnx"  # written with export_best (--export)
 OPTIMAL_PLAN_FILE = "optimal_plan.json"
-"""The exact oracle's plan (additive objective, base hardware), when it ran."""
+"""The exact oracle's plan (additive objective, base hardware), when it ran; its plan at the
+best trial's hardware is the trials row ``oracle@best_hw``."""
 SUMMARY_FILE = "summary.json"
 BEST_HARDWARE_FILE = "best_hardware.yaml"
 """The best trial's hardware, every field (loads with ``--hardware``)."""
@@ -56,9 +60,13 @@ class RowContext:
 
 
 def trials_frame(
-    records: Sequence[TrialRecord], ctx: RowContext, source: str = "search"
+    records: Sequence[TrialRecord],
+    ctx: RowContext,
+    source: str = "search",
+    hw_role: str = "trial",
 ) -> pd.DataFrame:
-    """One row per record. ``source`` is ``search`` or the baseline's name."""
+    """One row per record. ``source`` is ``search`` or the baseline's name; ``hw_role`` says
+    whose hardware the row used (``trial``, ``base`` or ``best``; module docstring)."""
     import pandas as pd
 
     rows = []
@@ -72,6 +80,7 @@ def trials_frame(
             "graph_hash": ctx.graph_hash,
             "objective": ctx.objective,
             "hw_hash": r.hw_hash,
+            "hw_role": hw_role,
             "hw_json": r.hw_json,
             "plan_hash": r.plan_hash,
             "plan_json": r.plan_json,
