@@ -314,14 +314,15 @@ def _mb(value: Any) -> str:
     return f"{float(value) / BYTES_PER_MB:,.3f} MB"
 
 
-def _certificate(summary: dict[str, Any]) -> str:
-    """How sure the optimum is: proven, a proven gap, or proven infeasible."""
+def _certificate(summary: dict[str, Any], hardware: str = "base") -> str:
+    """How sure the optimum is: proven, a proven gap, or proven infeasible (``summary``: the
+    summary, or its ``at_best_hardware`` block)."""
     status = summary.get("oracle_status")
     seconds = summary.get("oracle_s", 0.0)
     if status == "optimal":
         return f"proven optimal over all legal partitions ({seconds:.2f} s)"
     if status == "infeasible":
-        return "no plan fits the base hardware (proven)"
+        return f"no plan fits the {hardware} hardware (proven)"
     return (
         f"time limit: within {100 * summary.get('oracle_gap', 0.0):.2f} % of optimal (proven gap)"
     )
@@ -351,21 +352,42 @@ def format_summary(summary: dict[str, Any]) -> str:
         + ("" if best.get("feasible") else "  (INFEASIBLE)"),
     ]
     lines += _hardware_lines(summary)
-    for name in ("unfused", "tvm_like", "greedy", "exhaustive", "oracle"):
-        if name in base:
-            label = f"{name}:"
-            if name == "oracle":  # with knobs, proven for the base hardware only
-                label = "optimum @ base hw:" if summary.get("knobs") else "exact optimum:"
-            lines.append(line(label, base[name]))
-    bounds = summary.get("lower_bounds") or {}
-    compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
-    lines.append(f"  {'lower bound:':<18}traffic {_mb(compulsory):>14}  (compulsory)")
-    if "capacity_bytes" in bounds:
-        lines.append(
-            f"  {'lower bound:':<18}traffic {_mb(bounds['capacity_bytes']):>14}  (with capacity)"
-        )
-    if "oracle_status" in summary:
-        lines.append(f"  optimum certificate: {_certificate(summary)}")
+    knobs = bool(summary.get("knobs"))
+
+    def block(rows: dict[str, Any], info: dict[str, Any], role: str) -> list[str]:
+        """Baseline rows, lower bounds and the optimum's certificate at one hardware (``info``:
+        the summary, or its ``at_best_hardware`` block; ``role``: base or best)."""
+        bounds = info.get("lower_bounds") or {}
+        out = [
+            line("exact optimum:" if name == "oracle" else f"{name}:", rows[name])
+            for name in BASELINE_ORDER
+            if name in rows
+        ]
+        compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
+        out.append(f"  {'lower bound:':<18}traffic {_mb(compulsory):>14}  (compulsory)")
+        if "capacity_bytes" in bounds:
+            out.append(
+                f"  {'lower bound:':<18}traffic {_mb(bounds['capacity_bytes']):>14}  "
+                "(with capacity)"
+            )
+        if "oracle_status" in info:
+            out.append(f"  optimum certificate: {_certificate(info, role)}")
+        return out
+
+    if knobs and base:  # a co-design run: say which hardware each block of rows used
+        lines.append(_at_hardware("base", (next(iter(base.values())).get("hardware") or {})))
+    lines += block(base, summary, "base")
+    at_best = summary.get("at_best_hardware") or {}
+    if at_best.get("same_as_base"):
+        lines.append("  (the best trial kept the base hardware: the rows above are at it)")
+    elif at_best.get("baselines"):
+        lines.append(_at_hardware("best", at_best["hardware"]))
+        lines += block(at_best["baselines"], at_best, "best")
+        if "best_over_optimum" in at_best:
+            lines.append(
+                f"  best / proven optimum at the best hardware ({at_best['oracle_objective']}): "
+                f"{at_best['best_over_optimum']:.4f}"
+            )
     if "traffic_saved_vs_unfused" in summary:
         lines.append(
             f"  traffic saved vs unfused: {100 * summary['traffic_saved_vs_unfused']:.1f} %"
@@ -402,6 +424,20 @@ def format_summary(summary: dict[str, Any]) -> str:
     elif summary.get("storage"):
         lines.append(f"  study storage: {summary['storage']}")
     return "\n".join(lines)
+
+
+BASELINE_ORDER = ("unfused", "tvm_like", "greedy", "exhaustive", "oracle")
+"""Order of the baseline rows in the printed summary."""
+
+
+def _at_hardware(role: str, hardware: dict[str, Any]) -> str:
+    """Header of a block of baseline rows: the hardware they used (name, hash, knob values)."""
+    knobs = ", ".join(f"{k}={v}" for k, v in (hardware.get("knobs") or {}).items())
+    return (
+        f"  at the {role} hardware, {hardware.get('name')} {hardware.get('hw_hash')}"
+        + (f" ({knobs})" if knobs else "")
+        + ":"
+    )
 
 
 def _hardware_lines(summary: dict[str, Any]) -> list[str]:

@@ -2,7 +2,8 @@
 
 Plots (matplotlib, Agg backend, no display needed):
 
-- ``history.png``: objective of each trial and best-so-far, with the baselines as lines;
+- ``history.png``: objective of each trial and best-so-far, with the baselines as lines (a
+  co-design run: at the base hardware and at the best trial's, labelled so);
 - ``pareto.png``: traffic vs energy of all feasible trials with the Pareto front (``multi``);
   for a co-design ``multi`` (energy, cycles, area), energy vs area;
 - ``groups.png``: traffic per group of the best plan next to the unfused plan.
@@ -79,10 +80,22 @@ def _plot_history(result: SearchResult, path: Path) -> Path | None:
             feasible["trial"], feasible["value_0"].cummin(), "b-", where="post", label="best so far"
         )
     base = result.trials[result.trials["source"] != "search"]
+    codesign = bool(result.summary.get("knobs"))
     for row in base.itertuples(index=False):
-        color, style = BASELINE_STYLES.get(row.source, ("tab:cyan", "-"))
-        label = "exact optimum" if row.source == "oracle" else row.source
-        ax.axhline(row.value_0, color=color, linestyle=style, linewidth=1, label=label)
+        name = row.source.split("@")[0]
+        color, style = BASELINE_STYLES.get(name, ("tab:cyan", "-"))
+        label = "exact optimum" if name == "oracle" else name
+        at_best = getattr(row, "hw_role", "base") == "best"
+        if codesign:
+            label += " (best hw)" if at_best else " (base hw)"
+        ax.axhline(
+            row.value_0,
+            color=color,
+            linestyle=style,
+            linewidth=1,
+            alpha=1.0 if at_best or not codesign else 0.4,
+            label=label,
+        )
     ax.set_yscale("log")  # unfused is often 10x the optimum: keep the gap near it readable
     ax.set_xlabel("trial")
     ax.set_ylabel(f"objective ({result.summary.get('objective', '')}, first value)")
@@ -181,32 +194,33 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
         f"{s.get('count_plans', '?')} legal plans",
         f"- graph hash `{s.get('graph_hash')}`, fusiontune {s.get('fusiontune_version')}",
         "",
-        "| plan | traffic (bytes) | energy (pJ) | cycles | objective |",
-        "|---|---:|---:|---:|---:|",
+        "| plan | hardware | traffic (bytes) | energy (pJ) | cycles | objective |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     best = s["best"]
+    best_hw = best.get("hardware") or {}
     lines.append(
-        f"| **best found** (trial {best['trial']}) | {_num(best.get('traffic_bytes'))} | "
-        f"{_num(best.get('energy_pj'))} | {_num(best.get('cycles'))} | {_num(best['values'][0])} |"
+        f"| **best found** (trial {best['trial']}) | {_hw_cell(best_hw, 'trial')} | "
+        f"{_num(best.get('traffic_bytes'))} | {_num(best.get('energy_pj'))} | "
+        f"{_num(best.get('cycles'))} | {_num(best['values'][0])} |"
     )
-    for name, b in s.get("baselines", {}).items():
-        label = "exact optimum (oracle)" if name == "oracle" else name
-        lines.append(
-            f"| {label} | {_num(b.get('traffic_bytes'))} | {_num(b.get('energy_pj'))} | "
-            f"{_num(b.get('cycles'))} | {_num(b['values'][0] if b.get('values') else None)} |"
-        )
-    bounds = s.get("lower_bounds") or {}
-    compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
-    lines.append(f"| lower bound, compulsory | {_num(compulsory)} | | | |")
-    if "capacity_bytes" in bounds:
-        lines.append(f"| lower bound, with capacity | {_num(bounds['capacity_bytes'])} | | | |")
+    lines += _baseline_table_rows(s, best)
+    at_best = s.get("at_best_hardware") or {}
+    if at_best.get("baselines"):
+        lines += _baseline_table_rows(at_best, best)
     lines.append("")
+    lines += _hardware_legend(s)
     if "traffic_saved_vs_unfused" in s:
         lines.append(f"Traffic saved vs unfused: **{100 * s['traffic_saved_vs_unfused']:.1f} %**.")
     if "best_over_optimum" in s:
         lines.append(
             f"Best found / proven optimum ({s.get('oracle_objective')}): "
             f"**{s['best_over_optimum']:.4f}**."
+        )
+    if "best_over_optimum" in at_best:
+        lines.append(
+            f"Best found / proven optimum at the best trial's hardware "
+            f"({at_best.get('oracle_objective')}): **{at_best['best_over_optimum']:.4f}**."
         )
     if s.get("oracle_status") == "optimal":
         lines.append(
@@ -220,6 +234,53 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
     lines += _hardware_markdown(s)
     lines += [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"
+
+
+def _hw_cell(hardware: dict[str, Any], role: str | None = None) -> str:
+    """The hardware column of the results table: role and hash (knobs: the legend below)."""
+    role = role or hardware.get("role") or ""
+    return f"{role} `{hardware.get('hw_hash', '?')}`".strip()
+
+
+def _baseline_table_rows(block: dict[str, Any], best: dict[str, Any]) -> list[str]:
+    """Table rows of the baselines, lower bounds of one hardware (``block``: the summary, or
+    its ``at_best_hardware`` part)."""
+    lines = []
+    cell = ""
+    for name, b in block.get("baselines", {}).items():
+        label = "exact optimum (oracle)" if name == "oracle" else name
+        cell = _hw_cell(b.get("hardware") or {})
+        lines.append(
+            f"| {label} | {cell} | {_num(b.get('traffic_bytes'))} | {_num(b.get('energy_pj'))} | "
+            f"{_num(b.get('cycles'))} | {_num(b['values'][0] if b.get('values') else None)} |"
+        )
+    bounds = block.get("lower_bounds") or {}
+    compulsory = bounds.get("compulsory_bytes", best.get("lower_bound_bytes"))
+    lines.append(f"| lower bound, compulsory | {cell} | {_num(compulsory)} | | | |")
+    if "capacity_bytes" in bounds:
+        lines.append(
+            f"| lower bound, with capacity | {cell} | {_num(bounds['capacity_bytes'])} | | | |"
+        )
+    return lines
+
+
+def _hardware_legend(s: dict[str, Any]) -> list[str]:
+    """What each hardware of the table is: name, hash and the searched knobs' values."""
+    seen: dict[str, dict[str, Any]] = {}
+    for block in (s, s.get("at_best_hardware") or {}):
+        for b in (block.get("baselines") or {}).values():
+            hw = b.get("hardware") or {}
+            seen.setdefault(str(hw.get("role")), hw)
+    lines = []
+    for role, hw in seen.items():
+        knobs = ", ".join(f"`{k}` = {v}" for k, v in (hw.get("knobs") or {}).items())
+        lines.append(
+            f"- {role} hardware: {hw.get('name')} `{hw.get('hw_hash')}`"
+            + (f" ({knobs})" if knobs else "")
+        )
+    if (s.get("at_best_hardware") or {}).get("same_as_base"):
+        lines.append("- the best trial kept the base hardware: the base rows are at it")
+    return [*lines, ""] if lines else []
 
 
 def _hardware_markdown(s: dict[str, Any]) -> list[str]:
