@@ -10,19 +10,24 @@ cache, then for each exported file measures through fusiontune's public API:
 - ``ort``: ``reference_run`` against onnxruntime on ``random_inputs`` (rel <= 1e-4);
 - ``greedy``: unfused and greedy traffic on ``isaac_reram`` and the planning time;
 - ``verify_greedy``, ``verify_optimum``: ``ft.verify`` of those plans (fused vs reference);
-- ``count``, ``explain``: ``ft.count_plans`` and ``ft.explain`` times (in process);
+- ``count``, ``explain``: the budgeted ``count_within`` and ``ft.explain(graph, budget=...)``
+  (the budgets ``fusiontune plans --count`` / ``--explain`` use), times in process, and
+  whether the answer is exact (past the budget: a proven lower bound, proven patterns);
 - ``optimum``: ``ft.optimal_plan`` (exact over all legal partitions; stopped after
   ``OPTIMUM_TIME_LIMIT_S`` with its best plan and a proven gap);
 - ``cli_count``, ``cli_explain``: wall time of ``fusiontune plans FILE --count`` and
   ``--explain`` in a fresh process (start-up and load included), and ``fusiontune models``.
 
 Every step runs in a child process with a timeout: a step that hangs or crashes is recorded
-with its reason and the next step goes on in a new child. Per-file results are cached next
-to the export, keyed by the file's and the fusiontune sources' hashes, so an interrupted run
-resumes. Without torch the export phase is skipped and whatever the cache holds is analysed.
+with its reason and the next step goes on in a new child. Per-file results are cached (next
+to the export, or in ``--analysis-dir``), keyed by the file's and the fusiontune sources'
+hashes, so an interrupted run resumes. Without torch the export phase is skipped and
+whatever the cache holds is analysed.
 
 Writes ``results/exp_sweep.md`` (tables and failures), ``results/exp_sweep.csv`` (one row per
-exported file), ``results/exp_sweep_ops.md`` (op frequency, exporter forms).
+exported file), ``results/exp_sweep_ops.md`` (op frequency, exporter forms); ``--name`` sets
+the stem (``exp_sweep_subset32``: the local TorchScript exports re-analysed, see
+``experiments/README.md``).
 
 Usage: ``python experiments/exp_sweep.py [--only REGEX] [--limit N] [--exporters ...]``.
 """
@@ -48,6 +53,8 @@ from typing import Any
 
 from exp_common import RESULTS_DIR, machine_line, markdown_table, write_csv
 
+from fusiontune.planner.counting import DEFAULT_COUNT_BUDGET
+
 EXPERIMENTS_DIR = Path(__file__).resolve().parent
 REPO_DIR = EXPERIMENTS_DIR.parent
 CACHE_DIR = EXPERIMENTS_DIR / ".sweep_cache"
@@ -57,6 +64,8 @@ REL_TOL = 1e-4  # reference vs onnxruntime: max|ref - ort| / max|ort|
 STEP_TIMEOUT_S = 120.0  # one analysis step (load, count, optimum, ...) in its child process
 MAX_TIMEOUTS_PER_FILE = 2  # then the file's remaining steps are skipped
 OPTIMUM_TIME_LIMIT_S = 60.0  # ft.optimal_plan stops here with its best plan and a proven gap
+COUNT_BUDGET = DEFAULT_COUNT_BUDGET  # work units `fusiontune plans --count` spends
+EXPLAIN_BUDGET = COUNT_BUDGET // 2  # what `fusiontune plans --explain` gives the walk
 EXPORT_TIMEOUT_S = 600.0  # both exports of one model
 MODELS_REPEATS = 3  # `fusiontune models` timed this many times (median reported)
 MODELS_SHOWN = 5  # model names listed per OPAQUE op type in the op-frequency table
@@ -75,6 +84,7 @@ STEPS = (
     "cli_count",
     "cli_explain",
 )
+DEFAULT_NAME = "exp_sweep"  # results/<name>.md, <name>.csv, <name>_ops.md
 ERROR_CHARS = 240  # failure reasons are cut to one line of this length
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # colour codes in the dynamo exporter's messages
 
@@ -333,20 +343,30 @@ def step_verify_greedy(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def step_count(state: dict[str, Any]) -> dict[str, Any]:
-    import fusiontune as ft
+    """The number of legal plans within COUNT_BUDGET (exact, or a proven lower bound)."""
+    from fusiontune.planner.counting import count_within
 
     start = time.perf_counter()
-    n = ft.count_plans(state["graph"])
-    return {"count_s": time.perf_counter() - start, "plans_log10": len(str(n)) - 1}
+    count = count_within(state["graph"], budget=COUNT_BUDGET)
+    return {
+        "count_s": time.perf_counter() - start,
+        "plans_log10": len(str(count.value)) - 1,
+        "plans_exact": count.exact,
+    }
 
 
 def step_explain(state: dict[str, Any]) -> dict[str, Any]:
+    """Every activation edge explained within EXPLAIN_BUDGET (patterns proven, maybe not all)."""
     import fusiontune as ft
 
     start = time.perf_counter()
-    edges = ft.explain(state["graph"])
-    fusable = sum(1 for e in edges if getattr(e, "fusable", getattr(e, "legal", False)))
-    return {"explain_s": time.perf_counter() - start, "edges": len(edges), "fusable_edges": fusable}
+    edges = ft.explain(state["graph"], budget=EXPLAIN_BUDGET)
+    return {
+        "explain_s": time.perf_counter() - start,
+        "edges": len(edges),
+        "fusable_edges": sum(1 for e in edges if e.fusable),
+        "explain_complete": all(e.complete for e in edges),
+    }
 
 
 def step_optimum(state: dict[str, Any]) -> dict[str, Any]:
@@ -481,9 +501,10 @@ def _skip_after_failures(results: dict[str, Any], todo: list[str]) -> bool:
     return bool(skipped)
 
 
-def analyse_file(path: Path, step_timeout_s: float) -> dict[str, Any]:
-    """Run every step on one exported file, each under ``step_timeout_s``."""
-    plan_file = path.with_suffix(".optimum.json")
+def analyse_file(path: Path, step_timeout_s: float, analysis_dir: Path) -> dict[str, Any]:
+    """Run every step on one exported file, each under ``step_timeout_s`` (the optimum's plan
+    passes through a file in ``analysis_dir``)."""
+    plan_file = analysis_dir / path.with_suffix(".optimum.json").name
     plan_file.unlink(missing_ok=True)
     results: dict[str, Any] = {}
     todo = list(STEPS)
@@ -553,16 +574,25 @@ def fusiontune_hash() -> str:
 
 
 def analyse_cached(
-    path: Path, code_hash: str, step_timeout_s: float, fresh: bool, cached_only: bool = False
+    path: Path,
+    code_hash: str,
+    step_timeout_s: float,
+    fresh: bool,
+    cached_only: bool = False,
+    analysis_dir: Path | None = None,
 ) -> dict:
-    """Analysis of ``path`` from its cache file, or run now and cache it (``cached_only``: an
-    empty dict when no valid cached analysis exists)."""
-    cache_file = path.with_suffix(".analysis.json")
+    """Analysis of ``path`` from its cache file in ``analysis_dir`` (default: next to the
+    export), or run now and cache it (``cached_only``: an empty dict when no valid cached
+    analysis exists)."""
+    analysis_dir = analysis_dir or path.parent
+    cache_file = analysis_dir / path.with_suffix(".analysis.json").name
     key = {
         "file_sha256": _sha256(path),
         "fusiontune": code_hash,
         "hardware": HARDWARE,
         "step_timeout_s": step_timeout_s,
+        "count_budget": COUNT_BUDGET,
+        "explain_budget": EXPLAIN_BUDGET,
     }
     if not fresh and cache_file.exists():
         cached = json.loads(cache_file.read_text())
@@ -570,7 +600,7 @@ def analyse_cached(
             return dict(cached["steps"])
     if cached_only:
         return {}
-    steps = analyse_file(path, step_timeout_s)
+    steps = analyse_file(path, step_timeout_s, analysis_dir)
     cache_file.write_text(json.dumps({"key": key, "steps": steps}, indent=1))
     return steps
 
@@ -679,7 +709,7 @@ def op_frequency(steps_by_file: dict[tuple[str, str], dict[str, Any]]) -> list[d
 def summary_rows(rows: Sequence[dict[str, Any]], n_models: int) -> list[dict[str, Any]]:
     """Counts per exporter: exported, loaded, reference = onnxruntime, verified plans."""
     out = []
-    for exporter in EXPORTERS:
+    for exporter in _exporters_in(rows):
         rs = [r for r in rows if r["exporter"] == exporter]
         loaded = [r for r in rs if r["loaded"]]
         out.append(
@@ -716,7 +746,7 @@ def timing_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         "cli_explain_s",
     )
     out = []
-    for exporter in EXPORTERS:
+    for exporter in _exporters_in(rows):
         for key in keys:
             values = [r[key] for r in rows if r["exporter"] == exporter and r.get(key) is not None]
             if not values:
@@ -737,6 +767,12 @@ def timing_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def _exporters_in(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The exporters of this run, in EXPORTERS order."""
+    present = {r["exporter"] for r in rows}
+    return [e for e in EXPORTERS if e in present]
 
 
 def _median(values: Iterable[Any]) -> float | None:
@@ -837,6 +873,8 @@ def run(args: argparse.Namespace) -> list[Path]:
     else:
         print("torch not importable or --no-export: analysing the cached exports only")
     code_hash = fusiontune_hash()
+    analysis_dir = Path(args.analysis_dir) if args.analysis_dir else cache
+    analysis_dir.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()[1]
     rows, steps_by_file, metas = [], {}, {}
     for target in targets:
@@ -849,7 +887,9 @@ def run(args: argparse.Namespace) -> list[Path]:
         steps: dict[str, Any] = {}
         if meta.get("ok") and path.exists():
             start = time.perf_counter()
-            steps = analyse_cached(path, code_hash, args.step_timeout, args.fresh, args.cached_only)
+            steps = analyse_cached(
+                path, code_hash, args.step_timeout, args.fresh, args.cached_only, analysis_dir
+            )
             bad = [s for s, r in steps.items() if not r["ok"]]
             print(
                 f"  {target.model}/{target.exporter}: {len(steps)} steps, failed {bad} "
@@ -866,8 +906,36 @@ def run(args: argparse.Namespace) -> list[Path]:
         "wall times are inflated accordingly and only comparable within this run."
     )
     return write_report(
-        rows, steps_by_file, metas, targets, models_s, forms, Path(args.out), load_line
+        rows,
+        steps_by_file,
+        metas,
+        targets,
+        models_s,
+        forms,
+        Path(args.out),
+        load_line,
+        name=args.name,
+        command=command_line(args),
     )
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run's report, directories written as ``DIR``."""
+    parts = ["python experiments/exp_sweep.py"]
+    for flag, value in (("--only", args.only), ("--limit", args.limit)):
+        if value:
+            parts.append(f"{flag} {value}")
+    if args.exporters != ",".join(EXPORTERS):
+        parts.append(f"--exporters {args.exporters}")
+    if args.no_export:
+        parts.append("--no-export")
+    if args.cache != str(CACHE_DIR):
+        parts.append("--cache DIR")
+    if args.analysis_dir:
+        parts.append("--analysis-dir DIR")
+    if args.name != DEFAULT_NAME:
+        parts.append(f"--name {args.name}")
+    return " ".join(parts)
 
 
 def write_report(
@@ -879,10 +947,13 @@ def write_report(
     forms: Sequence[dict[str, Any]],
     out_dir: Path,
     load_line: str = "",
+    name: str = "exp_sweep",
+    command: str = "python experiments/exp_sweep.py",
 ) -> list[Path]:
-    """Write the CSV, the main markdown report and the op-frequency report."""
+    """Write the CSV (``name.csv``), the main markdown report (``name.md``) and the
+    op-frequency report (``name_ops.md``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / "exp_sweep.csv"
+    csv_path = out_dir / f"{name}.csv"
     write_csv(rows, csv_path)
     n_models = len({r["model"] for r in rows})
     summary = summary_rows(rows, n_models)
@@ -913,13 +984,14 @@ def write_report(
     )
     parts = [
         "# Real-architecture sweep: exporter output through fusiontune\n",
-        f"{n_models} architectures x {len(EXPORTERS)} exporters, random weights, small inputs; "
+        f"{n_models} architectures x {len(_exporters_in(rows))} exporters "
+        f"({', '.join(_exporters_in(rows))}), random weights, small inputs; "
         f"hardware `{HARDWARE}`; reference vs onnxruntime at rel <= {REL_TOL:g}; every step "
         f"under a {STEP_TIMEOUT_S:.0f} s timeout. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions.items())
         + f"; fusiontune sources {fusiontune_hash()}. Produced by "
-        "`python experiments/exp_sweep.py`; per-file rows in `exp_sweep.csv`, op frequency and "
-        "exporter forms in `exp_sweep_ops.md`.\n",
+        f"`{command}`; per-file rows in `{name}.csv`, op frequency and "
+        f"exporter forms in `{name}_ops.md`.\n",
         "## Summary per exporter\n\n" + markdown_table(summary),
         "## Timings (baseline for the speed work)\n\n"
         + (load_line + "\n\n" if load_line else "")
@@ -944,9 +1016,9 @@ def write_report(
         "## Notes\n\n" + "\n".join(f"- {n}" for n in NOTES) + "\n",
         machine_line() + "\n",
     ]
-    md_path = out_dir / "exp_sweep.md"
+    md_path = out_dir / f"{name}.md"
     md_path.write_text("\n".join(parts))
-    ops_path = out_dir / "exp_sweep_ops.md"
+    ops_path = out_dir / f"{name}_ops.md"
     freq = op_frequency(steps_by_file)
     ops_parts = [
         "# Sweep: which ops load as OPAQUE, and what each exporter emits\n",
@@ -981,7 +1053,10 @@ NOTES = (
     "counted = analytic traffic). `ort_rel_err`: the reference executor against onnxruntime "
     "(graph optimisations off) on the same seeded inputs, max|ref - ort| / max|ort| over "
     "outputs.",
-    "`count_s`, `explain_s`: `ft.count_plans`, `ft.explain` in process on the loaded graph; "
+    f"`count_s`, `explain_s`: `count_within(graph, budget={COUNT_BUDGET:,})` and "
+    f"`ft.explain(graph, budget={EXPLAIN_BUDGET:,})` in process on the loaded graph (the budgets "
+    "of `fusiontune plans --count` / `--explain`; past them the count is a proven lower bound, "
+    "CSV `plans_exact`, and the patterns listed are proven ones, `explain_complete`); "
     "`cli_count_s`, `cli_explain_s`: `fusiontune plans FILE --count` / `--explain` in a fresh "
     "process (Python start-up, import and load included): the numbers the issue's 3 s target "
     "is about.",
@@ -996,6 +1071,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--cache", default=str(CACHE_DIR))
     parser.add_argument("--out", default=str(RESULTS_DIR))
+    parser.add_argument(
+        "--analysis-dir",
+        help="where per-file analyses and optimum plans are cached (default: the --cache "
+        "directory, next to the exports)",
+    )
+    parser.add_argument(
+        "--name", default=DEFAULT_NAME, help="stem of the written files (default %(default)s)"
+    )
     parser.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_S)
     parser.add_argument("--no-export", action="store_true", help="analyse the cache only")
     parser.add_argument("--force-export", action="store_true", help="re-export cached models")

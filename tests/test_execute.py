@@ -7,6 +7,7 @@ folding and merging re-associate sums and move outputs by ~1e-6 on these graphs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,3 +313,75 @@ def test_input_and_plan_errors_name_the_problem() -> None:
         execute(graph, holes, random_inputs(graph))
     with pytest.raises(IllegalPlanError, match="cycle"):
         execute(graph, holes, random_inputs(graph), check=False)
+
+
+# ---- integer tensors (hf_t5_encoder's failure in results/exp_sweep_subset32.md) --------------
+def int_tensors_model(path: str) -> None:
+    """A T5-style embedding lookup by int64 token ids (a graph input), plus an int64 tensor
+    computed inside the model (``Cast`` to int64, ``Min``) that indexes a second ``Gather``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((10, 4)).astype(np.float32), "table"),
+        numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.float32(3.0), "three"),
+        numpy_helper.from_array(np.int64(9), "nine"),
+        numpy_helper.from_array(np.asarray([-1], np.int64), "last"),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"], name="embed"),
+        helper.make_node("Add", ["emb", "x"], ["h"], name="add_x"),
+        helper.make_node("Mul", ["x", "three"], ["x3"], name="scale"),
+        helper.make_node("Abs", ["x3"], ["a"], name="abs"),
+        helper.make_node("Cast", ["a"], ["c"], name="to_int", to=TensorProto.INT64),
+        helper.make_node("Min", ["c", "nine"], ["bucket"], name="clamp"),
+        helper.make_node("Gather", ["table", "bucket"], ["g"], name="lookup"),
+        helper.make_node("ReduceSum", ["g", "last"], ["r"], name="sum", keepdims=0),
+        helper.make_node("Add", ["h", "r"], ["s"], name="add_r"),
+        helper.make_node("MatMul", ["s", "w"], ["m"], name="mm"),
+        helper.make_node("Relu", ["m"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int_tensors",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_integer_tensors_keep_their_dtype_in_fused_execution(tmp_path: Path) -> None:
+    """The executor keeps each tensor's declared dtype: int64 token ids fed to the model and
+    an int64 tensor computed inside it index their ``Gather`` (they were cast to float32, and
+    numpy refused float indices: T5's failure). Every plan equals the reference within RTOL
+    and the reference equals onnxruntime within 1e-5."""
+    import onnxruntime as ort
+
+    from fusiontune.frontend.onnx_import import load_onnx
+    from fusiontune.planner.baselines import greedy_plan, unfused_plan
+    from fusiontune.reference import random_inputs, reference_run
+    from fusiontune.sim.verify import verify
+
+    path = tmp_path / "int_tensors.onnx"
+    int_tensors_model(str(path))
+    graph = load_onnx(path)
+    assert graph.tensors["bucket"].dtype == "int64"
+    feeds = random_inputs(graph, seed=0)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (want,) = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(
+        ["y"], feeds
+    )
+    ref = reference_run(graph, feeds)["y"]
+    assert np.max(np.abs(ref - want)) <= 1e-5 * np.max(np.abs(want))
+    for plan in (unfused_plan(graph), greedy_plan(graph)):
+        run = execute(graph, plan, feeds)
+        np.testing.assert_allclose(run.outputs["y"], ref, rtol=0, atol=RTOL * np.abs(ref).max())
+        report = verify(graph, plan)
+        assert report.passed, report.summary()

@@ -296,14 +296,16 @@ def test_sweep_analyses_a_cached_export_without_torch(tmp_path: Path) -> None:
     import shutil
 
     sweep = _load("exp_sweep")
-    cache, out = tmp_path / "cache", tmp_path / "out"
+    cache, out, work = tmp_path / "cache", tmp_path / "out", tmp_path / "analyses"
     cache.mkdir()
     neck = Path(__file__).parent / "data" / "onnx_forms" / "fpn_neck.onnx"
     shutil.copy(neck, cache / "tv_resnet18_fpn.torchscript.onnx")
     args = ["--only", "^tv_resnet18_fpn$", "--exporters", "torchscript", "--no-export",
-            "--skip-models-cli", "--cache", str(cache), "--out", str(out)]  # fmt: skip
+            "--skip-models-cli", "--cache", str(cache), "--out", str(out),
+            "--analysis-dir", str(work), "--name", "sweep_x"]  # fmt: skip
     assert sweep.main(args) == 0
-    (row,) = list(csv.DictReader((out / "exp_sweep.csv").open()))
+    assert [p.name for p in cache.iterdir()] == ["tv_resnet18_fpn.torchscript.onnx"]  # read only
+    (row,) = list(csv.DictReader((out / "sweep_x.csv").open()))
     assert row["loaded"] == "True" and row["ops"] == "15" and row["opaque_ops"] == "0"
     assert row["opaque_types"] == ""
     assert row["opaque_mac_ops"] == "0" and row["mac_ops"] == "9"
@@ -312,11 +314,16 @@ def test_sweep_analyses_a_cached_export_without_torch(tmp_path: Path) -> None:
     assert row["optimum_status"] == "optimal"
     assert int(float(row["optimum_bytes"])) <= int(row["greedy_bytes"]) <= int(row["unfused_bytes"])
     assert float(row["cli_count_s"]) > 0 and float(row["cli_explain_s"]) > 0
+    assert row["plans_exact"] == "True" and row["explain_complete"] == "True"
+    assert int(row["fusable_edges"]) > 0
     assert row["failures"] == ""
-    ops = (out / "exp_sweep_ops.md").read_text()
+    ops = (out / "sweep_x_ops.md").read_text()
     assert "| ConvTranspose |" not in ops and "| Resize |" not in ops
+    report = (out / "sweep_x.md").read_text()
+    assert "--no-export --cache DIR --analysis-dir DIR --name sweep_x" in report
+    assert "| dynamo |" not in report  # only the exporters of the run
     # the second run reads the cached analysis instead of running the steps again
-    cached = cache / "tv_resnet18_fpn.torchscript.analysis.json"
+    cached = work / "tv_resnet18_fpn.torchscript.analysis.json"
     stamp = cached.stat().st_mtime_ns
     assert sweep.main([*args, "--cached-only"]) == 0
     assert cached.stat().st_mtime_ns == stamp

@@ -685,6 +685,8 @@ STRUCTURAL_CASES: dict[str, StructuralCase] = {
     "constant_value_ints": ("Constant", [], {"value_ints": (3, 4)}, [(2,)], ["int64"]),
     "size": ("Size", [A(rnd(2, 3))], {}, [()], ["int64"]),
     "not": ("Not", [A(rnd(3, 4) > 0)], {}, [(3, 4)], ["bool"]),
+    "isnan": ("IsNaN", [A(np.where(rnd(3, 4) > 0.5, np.nan, rnd(3, 4, seed=1)))], {}, [(3, 4)],
+              ["bool"]),
     "and": ("And", [A(rnd(3, 4) > 0), C(rnd(4, seed=1) > 0)], {}, [(3, 4)], ["bool"]),
     "or": ("Or", [A(rnd(3, 4) > 0), C(rnd(4, seed=1) > 0)], {}, [(3, 4)], ["bool"]),
     "xor": ("Xor", [A(rnd(3, 4) > 0), C(rnd(4, seed=1) > 0)], {}, [(3, 4)], ["bool"]),
@@ -730,6 +732,93 @@ def test_resize(coord: str, mode: str, nearest: str, by: str) -> None:
         shape = (1, 2, 7, 3)
     graph, feeds = single_op("Resize", ins, attrs, [shape])
     check_vs_ort(graph, feeds)
+
+
+# ---- indexing ops: GatherElements, ScatterND ------------------------------------------------
+# Both only move elements (ScatterND's add/mul/max/min reduce them): with distinct positions the
+# reference equals onnxruntime exactly; with duplicates under add/mul the float32 order of the
+# updates may differ, hence check_vs_ort's REL_TOL.
+IndexCase = tuple[str, list[A | C | None], dict[str, Any]]
+RANDOM_IDX = np.random.default_rng(2).integers(-4, 4, (2, 3, 6)).astype(I64)
+INDEXING_CASES: dict[str, IndexCase] = {
+    "gather_elements_axis0": ("GatherElements", [A(rnd(3, 4)),
+                              C(np.asarray([[2, 0, 1, 2], [0, 0, 2, 1]], I64))], {}),
+    "gather_elements_axis1_neg_idx": ("GatherElements", [A(rnd(2, 5)),
+                                      C(np.asarray([[-1, 0, -5], [4, -2, 1]], I64))],
+                                      {"axis": 1}),
+    "gather_elements_axis_neg1_3d": ("GatherElements", [A(rnd(2, 3, 4)), A(RANDOM_IDX)],
+                                     {"axis": -1}),
+    "gather_elements_axis_neg2_smaller": ("GatherElements", [A(rnd(3, 4, 5)),
+                                          C(np.asarray([[[0, 3]], [[-4, 1]]], I64))],
+                                          {"axis": -2}),
+    "gather_elements_int_data": ("GatherElements", [A(np.arange(12, dtype=I64).reshape(3, 4)),
+                                 C(np.asarray([[1], [0], [-1]], I64))], {"axis": 1}),
+    "scatter_nd_rows": ("ScatterND", [A(rnd(5, 3)), C(np.asarray([[4], [-5]], I64)),
+                        A(rnd(2, 3, seed=1))], {}),
+    "scatter_nd_elements": ("ScatterND", [A(rnd(3, 4)), C(np.asarray([[0, 3], [2, -1], [-3, 1]],
+                                                                      I64)),
+                            A(rnd(3, seed=1))], {}),
+    "scatter_nd_slices_3d": ("ScatterND", [A(rnd(2, 3, 4)),
+                             A(np.asarray([[[1, 2]], [[0, -3]]], I64)),
+                             A(rnd(2, 1, 4, seed=1))], {}),
+    "scatter_nd_add_duplicates": ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[1], [3], [1]], I64)),
+                                  A(rnd(3, 3, seed=1))], {"reduction": "add"}),
+    "scatter_nd_mul_duplicates": ("ScatterND", [A(rnd(4, 3)),
+                                  C(np.asarray([[1, 2], [1, 2], [-1, 0]], I64)),
+                                  A(rnd(3, seed=1))], {"reduction": "mul"}),
+    "scatter_nd_max": ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[0], [2], [0]], I64)),
+                       A(rnd(3, 3, seed=1))], {"reduction": "max"}),
+    "scatter_nd_min": ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[0], [2], [0]], I64)),
+                       A(rnd(3, 3, seed=1))], {"reduction": "min"}),
+    "scatter_nd_int_data": ("ScatterND", [A(np.arange(6, dtype=I64).reshape(2, 3)),
+                            C(np.asarray([[1, 1]], I64)), A(np.asarray([40], I64))], {}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(INDEXING_CASES))
+def test_indexing(case: str) -> None:
+    op_type, ins, attrs = INDEXING_CASES[case]
+    data = ins[0]
+    assert data is not None
+    graph, feeds = single_op(op_type, ins, attrs, out_dtypes=[str(np.asarray(data.value).dtype)])
+    assert graph.ops[0].op_class is OpClass.OPAQUE  # positions are data: no row map
+    check_vs_ort(graph, feeds)
+
+
+def test_indexing_hand_computed() -> None:
+    x = np.asarray([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    graph, feeds = single_op("GatherElements", [A(x), C(np.asarray([[0, 0], [1, -2]], I64))],
+                             {"axis": 1})  # fmt: skip
+    assert reference_run(graph, feeds)["y"].tolist() == [[1.0, 1.0], [4.0, 3.0]]
+    graph, feeds = single_op("ScatterND", [A(x), C(np.asarray([[1], [1]], I64)),
+                                           C(np.full((2, 2), 10.0, np.float32))],
+                             {"reduction": "add"})  # fmt: skip
+    assert reference_run(graph, feeds)["y"].tolist() == [[1.0, 2.0], [23.0, 24.0]]
+
+
+@pytest.mark.parametrize(
+    ("op_type", "ins", "attrs", "message"),
+    [
+        ("GatherElements", [A(rnd(2, 3)), C(np.asarray([[0, 3]], I64))], {"axis": 1},
+         r"op 'op' \(GatherElements\): index 3 at \(0, 1\) is out of range for axis 1 of size 3; "
+         r"allowed: \[-3, 2\]"),
+        ("GatherElements", [A(rnd(2, 3)), C(np.asarray([[-3]], I64))], {},
+         r"op 'op' \(GatherElements\): index -3 .* axis 0 of size 2; allowed: \[-2, 1\]"),
+        ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[4]], I64)), C(rnd(1, 3))], {},
+         r"op 'op' \(ScatterND\): index 4 .* the data's leading axes of size 4; "
+         r"allowed: \[-4, 3\]"),
+        ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[1]], I64)), C(rnd(1, 3))],
+         {"reduction": "sum"},
+         r"op 'op' \(ScatterND\): reduction 'sum' is not one of none, add, mul, max, min"),
+    ],
+    ids=["gather_elements_high", "gather_elements_low", "scatter_nd_high", "scatter_nd_reduction"],
+)  # fmt: skip
+def test_indexing_errors_name_the_op(
+    op_type: str, ins: list[A | C | None], attrs: dict[str, Any], message: str
+) -> None:
+    graph, feeds = single_op(op_type, ins, attrs)
+    with pytest.raises(FusiontuneError, match=message):
+        reference_run(graph, feeds)
 
 
 # ---- multi-op graphs, errors, inputs ------------------------------------------------------

@@ -198,6 +198,12 @@ CASES = [
     Case("gather_axis0", "Gather", [(5, 4), i64(0, 2, 4, 1, 1, 3).reshape(2, 3)], expect=(2, 3, 4)),
     Case("gather_scalar_axis1", "Gather", [(5, 4, 3), np.array(2, dtype=np.int64)], {"axis": 1},
          expect=(5, 3)),
+    Case("gather_elements_axis_neg", "GatherElements",
+         [(3, 4), i64(0, -1, 3, 2, 1, 1).reshape(3, 2)], {"axis": -1}, expect=(3, 2)),
+    Case("scatter_nd_rows", "ScatterND", [(4, 3), i64(1, 3).reshape(2, 1), f32(2, 3)],
+         expect=(4, 3)),
+    Case("scatter_nd_elements_add", "ScatterND", [(4, 3), i64(1, 2, 1, 2).reshape(2, 2), f32(2)],
+         {"reduction": "add"}, expect=(4, 3)),
     Case("split_input_opset13", "Split", [(2, 6), i64(2, 4)], {"axis": 1}, n_out=2, opset=13,
          expect=(2, 2)),
     Case("split_attr_opset11", "Split", [(6, 2)], {"split": [1, 5]}, n_out=2, opset=11,
@@ -390,9 +396,26 @@ def test_reshape_target_zero_and_allowzero() -> None:
             {"x": Tensor("x", (1, 1, 3, 3))},
             r"op 'p' \(MaxPool\): window 5 is larger than padded input 3",
         ),
+        (
+            Op("g", "GatherElements", ("x", "i"), ("y",), {"axis": 1}),
+            {"x": Tensor("x", (2, 3)), "i": Tensor("i", (2,), "int64", i64(0, 1))},
+            r"op 'g' \(GatherElements\): indices \(2,\) must have the rank of the data",
+        ),
+        (
+            Op("s", "ScatterND", ("x", "i", "u"), ("y",)),
+            {"x": Tensor("x", (4, 3)), "i": Tensor("i", (2, 1), "int64", i64(0, 1).reshape(2, 1)),
+             "u": Tensor("u", (2, 2))},
+            r"op 's' \(ScatterND\): updates have shape \(2, 2\); .* need \(2, 3\)",
+        ),
+        (
+            Op("s", "ScatterND", ("x", "i", "u"), ("y",)),
+            {"x": Tensor("x", (4, 3)), "u": Tensor("u", (1,)),
+             "i": Tensor("i", (1, 3), "int64", i64(0, 1, 2).reshape(1, 3))},
+            r"op 's' \(ScatterND\): the indices' last axis \(3\) must be in \[1, 2\]",
+        ),
     ],
     ids=["conv_group", "gemm_inner", "matmul_inner", "reshape", "squeeze", "concat", "split",
-         "pool_window"],
+         "pool_window", "gather_elements_rank", "scatter_nd_updates", "scatter_nd_depth"],
 )  # fmt: skip
 def test_shape_errors_name_the_op(op: Op, tensors: dict[str, Tensor], message: str) -> None:
     with pytest.raises(ShapeError, match=message):

@@ -4,7 +4,8 @@ Families: ``pointwise`` (activations, arithmetic, comparisons), ``window`` (pool
 window geometry of Conv and pools), ``linear`` (Conv, ConvTranspose, Gemm, MatMul and their
 crossbar weights), ``norm`` (normalizations, softmax, reductions), ``layout`` (reshapes and
 transposes), ``resize`` (Resize, streamable in its common forms), ``misc`` (OPAQUE ops with
-shapes and a reference kernel). ``base`` holds the
+shapes and a reference kernel), ``indexing`` (GatherElements, ScatterND: OPAQUE, positions
+from an index tensor). ``base`` holds the
 :class:`OpDef` record and shared helpers; ``registry`` fills :data:`REGISTRY` and answers
 questions about an op. An op type that is not registered is OPAQUE (:data:`DEFAULT`).
 """

@@ -107,6 +107,17 @@ def _binary(fn: BinaryFn) -> Kernel:
     return kernel
 
 
+def _predicate(fn: Callable[[Array], Array]) -> Kernel:
+    """A test of each element (IsNaN): a bool output, whatever the input's dtype."""
+
+    def kernel(op: Op, inputs: Inputs) -> list[Array]:
+        x = inputs[0]
+        assert x is not None
+        return [np.asarray(fn(x), dtype=np.bool_)]
+
+    return kernel
+
+
 def _variadic(fn: BinaryFn) -> Kernel:
     def kernel(op: Op, inputs: Inputs) -> list[Array]:
         arrays = [a for a in inputs if a is not None]
@@ -326,6 +337,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Sum", shape=broadcast_rule, reference=_variadic(np.add)),
     OpDef("Mod", defaults={"fmod": 0}, reference=_mod),
     OpDef("Not", reference=_unary(lambda x, op: np.logical_not(x))),
+    OpDef("IsNaN", reference=_predicate(np.isnan)),
     OpDef("Equal", reference=_binary(np.equal)),
     OpDef("Less", reference=_binary(np.less)),
     OpDef("LessOrEqual", reference=_binary(np.less_equal)),

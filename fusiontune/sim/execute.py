@@ -420,7 +420,7 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
                 f"graph '{graph.name}' input '{name}' is missing "
                 f"(given: {', '.join(inputs) or 'none'})"
             )
-        value = np.asarray(inputs[name], dtype=DTYPE)
+        value = np.asarray(inputs[name], dtype=graph.tensors[name].dtype)  # int64 ids stay ids
         expect = graph.tensors[name].shape
         if value.shape != expect:
             raise ExecutionInputError(
@@ -497,7 +497,8 @@ def execute(
     Args:
         graph: the model.
         plan: a partition of its ops into groups (topological order of groups).
-        inputs: graph input name -> array of the declared shape (cast to float32).
+        inputs: graph input name -> array of the declared shape (cast to its declared dtype:
+            float32 activations, int64 token ids stay integers).
         numerics: ``"float"`` (float32) or ``"cim"`` (crossbar quantization, ``sim/cim.py``).
         hw: the hardware (act_bits for byte counts, bit widths for CIM); the DESIGN §7
             default :class:`HardwareConfig` when ``None``.

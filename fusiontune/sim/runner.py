@@ -49,6 +49,13 @@ Array = np.ndarray
 _OUT = "__dram__"  # consumer id: the DMA writing a stored tensor
 
 
+def tensor_dtype(graph: Graph, tensor: str) -> np.dtype:
+    """The dtype the graph declares for ``tensor``, which the executor keeps: an int64 index
+    or a bool mask computed inside a model stays one (float32, :data:`DTYPE`, for every
+    activation the crossbars and window kernels compute)."""
+    return np.dtype(graph.tensors[tensor].dtype)
+
+
 class OnChip:
     """The bounded on-chip buffer of one group: allocations, releases, the peak."""
 
@@ -97,7 +104,7 @@ class Dram:
     def write_rows(self, group: int, tensor: str, axis: int | None, a: int, rows: Array) -> None:
         shape = self.graph.tensors[tensor].shape
         if tensor not in self.values:
-            self.values[tensor] = np.empty(shape, dtype=DTYPE)
+            self.values[tensor] = np.empty(shape, dtype=tensor_dtype(self.graph, tensor))
             self.rows_written[tensor] = 0
             self._written_by.setdefault(group, []).append(tensor)
         if axis is None:
@@ -132,7 +139,7 @@ class Dram:
         """Write one box of a tensor (tiled singletons); it is ready once every element is."""
         shape = self.graph.tensors[tensor].shape
         if tensor not in self.values:
-            self.values[tensor] = np.empty(shape, dtype=DTYPE)
+            self.values[tensor] = np.empty(shape, dtype=tensor_dtype(self.graph, tensor))
             self.rows_written[tensor] = 0
             self._box_elems[tensor] = 0
             self._written_by.setdefault(group, []).append(tensor)
@@ -163,6 +170,7 @@ class _Slot:
     external: bool
     stored: bool
     shape: tuple[int, ...] = ()
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(DTYPE))
     readers: dict[str, int] = field(default_factory=dict)  # consumer -> lowest row it needs
     chunks: list[tuple[int, Array]] = field(default_factory=list)
     lo: int = 0
@@ -185,7 +193,7 @@ class _Slot:
         if not parts:  # no rows (a transposed convolution's row of inserted zeros)
             empty = list(self.shape)
             empty[self.axis] = 0
-            return np.empty(empty, dtype=DTYPE)
+            return np.empty(empty, dtype=self.dtype)
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=self.axis)
 
 
@@ -249,6 +257,7 @@ class GroupRunner:
                     external=t not in self.producer,
                     stored=t in self.stored,
                     shape=shape,
+                    dtype=tensor_dtype(graph, t),
                 )
         for node in self.nodes:
             for t in node.inputs:  # type: ignore[attr-defined]
@@ -378,7 +387,9 @@ class GroupRunner:
                 return transposed_rows(p, x, rows, self.matmul)
             span_kernel = def_of(op).span_kernel
             assert span_kernel is not None
-            return np.asarray(span_kernel(op, args, rows), dtype=DTYPE)
+            return np.asarray(
+                span_kernel(op, args, rows), dtype=tensor_dtype(self.graph, op.outputs[0])
+            )
         if rm.kind is RowKind.WINDOW:
             x = args[0] if p is not None else next(v for v in args if v is not None)
             assert x is not None and rm.window is not None
@@ -393,7 +404,7 @@ class GroupRunner:
             assert x is not None
             return matrix_rows(p, x, self.matmul)
         result = run_fused(op, args)[0]
-        return np.asarray(result, dtype=DTYPE)
+        return np.asarray(result, dtype=tensor_dtype(self.graph, op.outputs[0]))
 
     def _accumulate_row(self, node: object, rm: RowMap, r: int, out_slot: _Slot) -> None:
         """Output row ``r`` of a non-overlapping pool, its input rows folded in one by one."""
@@ -444,7 +455,9 @@ class GroupRunner:
                     args.append(_const_rows(self.graph, t, out_slot, a, b, RowKind.POINT))
                 else:
                     args.append(current)
-            current = np.asarray(run_fused(op, args)[0], dtype=DTYPE)
+            current = np.asarray(
+                run_fused(op, args)[0], dtype=tensor_dtype(self.graph, op.outputs[0])
+            )
         return current
 
     def _run_whole(self, node: object, rm: RowMap) -> None:
@@ -480,7 +493,10 @@ class GroupRunner:
                 else:
                     outs = [apply_matrix(p, x, self.matmul)]
             else:
-                outs = [np.asarray(v, dtype=DTYPE) for v in run_fused(op, args)]
+                outs = [
+                    np.asarray(v, dtype=tensor_dtype(self.graph, t) if t else None)
+                    for t, v in zip(op.outputs, run_fused(op, args))
+                ]
         for t, value in zip(node.outputs, outs):  # type: ignore[attr-defined]
             if not t or t not in self.slots:
                 continue

@@ -22,7 +22,14 @@ from fusiontune.ops import DTYPE, def_of, run_fused
 from fusiontune.ops.base import attr_f
 from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd
 from fusiontune.ops.window import Window
-from fusiontune.sim.runner import Dram, GroupStats, OnChip, matrix_rows, node_row_map
+from fusiontune.sim.runner import (
+    Dram,
+    GroupStats,
+    OnChip,
+    matrix_rows,
+    node_row_map,
+    tensor_dtype,
+)
 from fusiontune.sim.tiling import (
     Scheme,
     Tiling,
@@ -108,7 +115,8 @@ class _TiledRun:
 
     def put(self, tensor: str, box: Box, part: Array, view: tuple[int, ...] | None = None) -> None:
         if tensor in self.stored:
-            self.dram.write_box(self.index, tensor, box, np.asarray(part, dtype=DTYPE), view)
+            dtype = tensor_dtype(self.graph, tensor)
+            self.dram.write_box(self.index, tensor, box, np.asarray(part, dtype=dtype), view)
 
     # ---- point ---------------------------------------------------------------------------------
     def point(self, tiling: Tiling) -> None:
@@ -138,7 +146,7 @@ class _TiledRun:
                     args.append(held[t][input_box(held[t].shape, rank, box)])
             size = math.prod(b.stop - b.start for b in box)
             self.hold(size, out, "output tile")
-            y = np.asarray(run_fused(op, args)[0], dtype=DTYPE)
+            y = np.asarray(run_fused(op, args)[0], dtype=tensor_dtype(graph, out))
             assert y.size == size, f"{op.name}: tile computed {y.shape}"
             self.put(out, box, y)
             self.free(size + sum(v.size for v in parts.values()))
@@ -335,7 +343,7 @@ class _TiledRun:
                     right = self.fetch(b, (*lead, slice(None), slice(q0, q1)))
                     size = (r1 - r0) * (q1 - q0)
                     self.hold(size, out, "output tile")
-                    y = np.asarray(run_fused(op, [left, right])[0], dtype=DTYPE)
+                    y = np.asarray(run_fused(op, [left, right])[0], dtype=tensor_dtype(graph, out))
                     self.put(out, (*lead, slice(r0, r1), slice(q0, q1)), y)
                     self.free(size + left.size + right.size)
 
