@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import signal
 import threading
@@ -88,9 +87,16 @@ class TrialRecord:
     (``status``, ``proven``, ``gap``, ``value``, ``solve_s``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["violations"] = list(self.violations)
-        data["values"] = list(self.values)
+        """The record as JSON-able data (every field; containers copied: their items are
+        plain numbers and strings, so a shallow copy is a full one)."""
+        data: dict[str, Any] = {}
+        for name in _RECORD_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            data[name] = value
         return data
 
     @classmethod
@@ -100,6 +106,9 @@ class TrialRecord:
         data["violations"] = tuple(data.get("violations", ()))
         data["values"] = tuple(data.get("values", ()))
         return cls(**data)
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 
 
 # ---- where the study lives --------------------------------------------------------------------
@@ -303,6 +312,7 @@ class StudyStore:
         self._check_uids = False  # a flush failed: look for records it may have committed
         self._lock = lock
         self._last_flush_s = time.monotonic()
+        self._scanned = 0  # mirror trials before this index are all stored
 
     def add(self, record: TrialRecord) -> None:
         """Note a finished trial (already told to :attr:`memory`); flush when it is time."""
@@ -322,24 +332,25 @@ class StudyStore:
         each trial as this driver did: a trial's number in the tables, in the record and in
         Optuna is the same (for one driver; several drivers sharing a study interleave).
 
+        A database study (SQLite, PostgreSQL) takes the whole batch in one transaction: a
+        flush commits all of its trials or none, at the cost of one commit, not one per
+        trial. Other storages take one trial at a time.
+
         Reading the mirror, not a queue, means a Ctrl-C anywhere between telling a trial and
-        queueing it cannot lose it. Trials are stored one at a time with Ctrl-C deferred, so an
-        interrupted flush leaves the rest for the next one and never stores a trial twice; a
-        failed write (disk full, server gone) is re-checked by record id before the next one.
+        queueing it cannot lose it. Each write runs with Ctrl-C deferred, so an interrupted
+        flush leaves the rest for the next one and never stores a trial twice; a failed
+        write (disk full, server gone) is re-checked by record id before the next one.
 
         Raises:
             StorageError: the storage refused a write; names the storage and the reason.
         """
-        new = [r for r in self.records() if r.trial not in self._number]
-        if not final:
-            new = [r for r in new if r.trial < self._first_running()]
+        new = self._unstored(final)
         if new:
             try:
                 if self._check_uids:
                     self._adopt_committed()
                     new = [r for r in new if r.trial not in self._number]
-                for record in new:
-                    self._store(record)
+                self._store(new)
                 self._check_uids = False
             except (KeyboardInterrupt, StorageError):
                 raise
@@ -354,25 +365,52 @@ class StudyStore:
                 self.on_flush()
         self._last_flush_s = time.monotonic()
 
-    def _first_running(self) -> float:
-        """Provisional number of the first trial asked but not finished (inf: none)."""
+    def _unstored(self, final: bool) -> list[TrialRecord]:
+        """Records of the mirror's finished trials not stored yet, by trial number: up to the
+        first trial still running, or all of them (``final``). Trials before
+        :attr:`_scanned` are all stored: a flush reads only the trials after them."""
         from optuna.trial import TrialState
 
-        running = self.memory.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return min((t.number + self.number_offset for t in running), default=math.inf)
+        trials = self.memory.get_trials(deepcopy=False)
+        new: list[TrialRecord] = []
+        prefix = True  # every trial so far is stored (the scan may start after them)
+        for index in range(self._scanned, len(trials)):
+            t = trials[index]
+            if not t.state.is_finished():
+                if t.state == TrialState.RUNNING and not final:
+                    break
+                prefix = False  # enqueued (WAITING), or running in a final flush
+                continue
+            data = t.user_attrs.get(RECORD_ATTR)
+            record = TrialRecord.from_dict(data) if data is not None else None
+            if record is not None and record.trial not in self._number:
+                new.append(record)
+            elif prefix:
+                self._scanned = index + 1
+        return new
 
-    def _store(self, record: TrialRecord) -> None:
+    def _store(self, records: list[TrialRecord]) -> None:
+        """Store ``records`` (in order) and note the storage's number of each."""
         storage, study_id = self.persistent._storage, self.persistent._study_id
-        dup = record.duplicate_of
-        stored = dataclasses.replace(
-            record,
-            uid=record.uid or self.uid(record.trial),
-            duplicate_of=self._number.get(dup, dup),
-        )
-        with deferred_interrupt():
-            template = _stored_trial(stored, self.param_dists)
-            trial_id = storage.create_new_trial(study_id, template_trial=template)
-            self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
+        stored = [
+            dataclasses.replace(
+                r,
+                uid=r.uid or self.uid(r.trial),
+                duplicate_of=self._number.get(r.duplicate_of, r.duplicate_of),
+            )
+            for r in records
+        ]
+        templates = [_stored_trial(r, self.param_dists) for r in stored]
+        rdb = _rdb_of(storage)
+        if rdb is not None:
+            with deferred_interrupt():
+                numbers = insert_trials(rdb, study_id, templates)
+                self._number.update(zip((r.trial for r in records), numbers))
+            return
+        for record, template in zip(records, templates):
+            with deferred_interrupt():
+                trial_id = storage.create_new_trial(study_id, template_trial=template)
+                self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
 
     def _adopt_committed(self) -> None:
         """Map records a failed flush committed after all (found by their uid)."""
@@ -544,6 +582,72 @@ def _open(
     return StudyStore(
         persistent, memory, offset, flush_interval_s, stored, spec=spec, param_dists=knob_dists
     )
+
+
+def _rdb_of(storage: Any) -> Any:
+    """The Optuna ``RDBStorage`` behind ``storage`` (SQLite, PostgreSQL); ``None`` for other
+    storages (journal files: one trial at a time through the public API)."""
+    from optuna.storages import RDBStorage
+
+    rdb = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a cache
+    return rdb if isinstance(rdb, RDBStorage) else None
+
+
+def insert_trials(rdb: Any, study_id: int, templates: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """Store finished trials (``templates``: state, values, params, attributes) in ONE
+    database transaction, numbered after the study's trials; returns their numbers.
+
+    What ``RDBStorage.create_new_trial(study_id, template_trial=...)`` writes for one trial,
+    with Optuna's own table models, for a whole flush: that call costs a commit (an fsync on
+    SQLite) and a dozen ORM round trips per trial, ~20-30 ms; here a flush pays one commit
+    and batched inserts. The study row is locked first (``FOR UPDATE``, as Optuna does), so
+    numbers are unique across drivers; every trial is committed or none (rollback).
+    """
+    import json
+
+    from optuna.distributions import distribution_to_json
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+    from sqlalchemy import func
+
+    value_repr = models.TrialValueModel.value_to_stored_repr
+    with _create_scoped_session(rdb.scoped_session) as session:
+        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+        first = (
+            session.query(func.count(models.TrialModel.trial_id))
+            .filter(models.TrialModel.study_id == study_id)
+            .scalar()
+        )
+        numbers = []
+        for i, t in enumerate(templates):
+            trial = models.TrialModel(study_id=study_id, number=first + i, state=t.state)
+            trial.datetime_start = t.datetime_start
+            trial.datetime_complete = t.datetime_complete
+            for objective, value in enumerate(t.values or ()):
+                stored, kind = value_repr(value)
+                trial.values.append(
+                    models.TrialValueModel(objective=objective, value=stored, value_type=kind)
+                )
+            for name, value in t.params.items():
+                dist = t.distributions[name]
+                trial.params.append(
+                    models.TrialParamModel(
+                        param_name=name,
+                        param_value=dist.to_internal_repr(value),
+                        distribution_json=distribution_to_json(dist),
+                    )
+                )
+            for key, value in t.user_attrs.items():
+                trial.user_attributes.append(
+                    models.TrialUserAttributeModel(key=key, value_json=json.dumps(value))
+                )
+            for key, value in t.system_attrs.items():
+                trial.system_attributes.append(
+                    models.TrialSystemAttributeModel(key=key, value_json=json.dumps(value))
+                )
+            session.add(trial)
+            numbers.append(first + i)
+        return numbers
 
 
 def study_attrs(problem: Problem) -> dict[str, Any]:
