@@ -220,7 +220,7 @@ def run_main_job() -> dict[str, Any]:
 
     marks["imports"] = [0.0, time.perf_counter() - start]
     from fusiontune.frontend import loader
-    from fusiontune.search import api, backends, loop, problem, storage
+    from fusiontune.search import api, backends, problem, storage
 
     mark(loader, "load_model", "graph")
     mark(problem.Problem, "build", "problem")
