@@ -177,6 +177,8 @@ def search(
             start_from_greedy,
             checkpoint_s,
             before_create=lambda: be.start(graph),  # a backend that fails leaves no study
+            # more than one trial in flight: the sampler must know (TPE's constant liar)
+            parallel=be.name != "serial" or be.plans_per_task > 1,
         )
     except BaseException:
         be.close()

@@ -482,12 +482,15 @@ def open_study(
     start_from_greedy: bool = True,
     flush_interval_s: float = FLUSH_INTERVAL_S,
     before_create: Callable[[], None] | None = None,
+    parallel: bool = False,
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
     finished ones replayed into the in-memory mirror the sampler works on. A new study's
     first trials are the greedy and TVM-like plans unless ``start_from_greedy`` is false.
     ``before_create`` runs once the request is known to be valid and before anything is
     written (the API starts its backend there, so a failing backend leaves no empty study).
+    ``parallel``: the backend keeps several trials in flight (the sampler is told so:
+    :func:`~fusiontune.search.sampler_factory.make_sampler`).
 
     Raises:
         StorageError: the storage cannot be opened; the study exists and ``resume`` is false,
@@ -502,7 +505,15 @@ def open_study(
     lock = _WriterLock(spec.lock_path, spec.label) if spec.lock_path is not None else None
     try:
         store = _open(
-            name, spec, problem, seed, resume, start_from_greedy, flush_interval_s, before_create
+            name,
+            spec,
+            problem,
+            seed,
+            resume,
+            start_from_greedy,
+            flush_interval_s,
+            before_create,
+            parallel,
         )
     except BaseException:
         if lock is not None:
@@ -521,6 +532,7 @@ def _open(
     start_from_greedy: bool,
     flush_interval_s: float,
     before_create: Callable[[], None] | None,
+    parallel: bool = False,
 ) -> StudyStore:
     import optuna
     from optuna.trial import TrialState
@@ -538,7 +550,7 @@ def _open(
             "continue; leave out --resume to start it, or check --study, --out and --storage"
         )
     memory = optuna.create_study(
-        sampler=make_sampler(problem.space.sampler, seed), directions=problem.directions
+        sampler=make_sampler(problem.space.sampler, seed, parallel), directions=problem.directions
     )
     sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: the mirror samples
     identity = problem.identity()
