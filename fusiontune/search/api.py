@@ -33,6 +33,7 @@ from fusiontune.search.backends import (
     evaluate_batch,
     make_backend,
 )
+from fusiontune.search.background import BackendThread
 from fusiontune.search.loop import best_record, make_record, run_trials
 from fusiontune.search.problem import Problem
 from fusiontune.search.results import SearchResult
@@ -167,6 +168,9 @@ def search(
         plans_per_task=1 if problem.bilevel else None,
         eval_timeout_s=eval_timeout_s,
     )
+    # the backend (a local Ray: seconds) starts in the background while the study opens and
+    # the start plans are computed, and closes in the background while the baselines run
+    starter = BackendThread(be, graph)
     try:
         store = open_study(
             name,
@@ -176,12 +180,13 @@ def search(
             resume,
             start_from_greedy,
             checkpoint_s,
-            before_create=lambda: be.start(graph),  # a backend that fails leaves no study
+            before_create=starter.begin,
             # more than one trial in flight: the sampler must know (TPE's constant liar)
             parallel=be.name != "serial" or be.plans_per_task > 1,
+            before_write=starter.ready,  # a backend that fails leaves no study
         )
     except BaseException:
-        be.close()
+        starter.join()
         if created is not None:  # nothing was stored: leave no empty folder or database behind
             shutil.rmtree(created, ignore_errors=True)
         raise
@@ -195,8 +200,10 @@ def search(
             if remaining:
                 run_trials(store, problem, be, remaining, on_record)
         finally:
-            be.close()
-        return _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
+            starter.release()  # closes in the background
+        result = _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
+        starter.join()
+        return result
     except KeyboardInterrupt:
         with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
             store.flush(final=True)
@@ -204,6 +211,7 @@ def search(
         raise SearchInterrupted(out_dir, len(store.stored_records())) from None
     finally:
         store.close()
+        starter.join()
 
 
 MAX_SEED = 2**32 - 1

@@ -483,12 +483,15 @@ def open_study(
     flush_interval_s: float = FLUSH_INTERVAL_S,
     before_create: Callable[[], None] | None = None,
     parallel: bool = False,
+    before_write: Callable[[], None] | None = None,
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
     finished ones replayed into the in-memory mirror the sampler works on. A new study's
     first trials are the greedy and TVM-like plans unless ``start_from_greedy`` is false.
-    ``before_create`` runs once the request is known to be valid and before anything is
-    written (the API starts its backend there, so a failing backend leaves no empty study).
+    ``before_create`` runs once the request is known to be valid, ``before_write`` right
+    before the first write, after the start plans are computed or the stored trials replayed
+    (the API starts its backend in the background at the first and waits for it at the
+    second, so a failing backend leaves no empty study).
     ``parallel``: the backend keeps several trials in flight (the sampler is told so:
     :func:`~fusiontune.search.sampler_factory.make_sampler`).
 
@@ -514,6 +517,7 @@ def open_study(
             flush_interval_s,
             before_create,
             parallel,
+            before_write,
         )
     except BaseException:
         if lock is not None:
@@ -533,10 +537,14 @@ def _open(
     flush_interval_s: float,
     before_create: Callable[[], None] | None,
     parallel: bool = False,
+    before_write: Callable[[], None] | None = None,
 ) -> StudyStore:
     import optuna
     from optuna.trial import TrialState
 
+    if before_create is not None and not resume and _is_new_sqlite(spec):
+        before_create()  # no file, no study: the request is valid; start before connecting
+        before_create = None
     storage = _connect(spec)
     existing = optuna.get_all_study_names(storage=storage)
     if name in existing and not resume:
@@ -559,6 +567,9 @@ def _open(
     if name not in existing:
         if before_create is not None:
             before_create()
+        starts = problem.start_params() if start_from_greedy else []
+        if before_write is not None:
+            before_write()
         try:
             persistent = optuna.create_study(
                 storage=storage, sampler=sampler, study_name=name, directions=problem.directions
@@ -575,9 +586,8 @@ def _open(
             raise StorageError(
                 f"study '{name}' cannot be created in {spec.label} ({_reason(exc)})"
             ) from exc
-        if start_from_greedy:
-            for params in problem.start_params():
-                memory.enqueue_trial(params)
+        for params in starts:
+            memory.enqueue_trial(params)
         return StudyStore(
             persistent, memory, 0, flush_interval_s, spec=spec, param_dists=knob_dists
         )
@@ -585,15 +595,27 @@ def _open(
     _check_identity(name, spec, persistent.user_attrs.get(IDENTITY_ATTR), identity)
     if before_create is not None:
         before_create()
-    for t in persistent.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        persistent.tell(t.number, state=TrialState.FAIL)
     old = study_records(persistent, stored=True)
     memory.add_trials([_mirrored_trial(r, problem) for r in old])
+    if before_write is not None:
+        before_write()
+    for t in persistent.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        persistent.tell(t.number, state=TrialState.FAIL)
     offset = len(persistent.get_trials(deepcopy=False)) - len(old)
     stored = {r.trial for r in old}
     return StudyStore(
         persistent, memory, offset, flush_interval_s, stored, spec=spec, param_dists=knob_dists
     )
+
+
+def _is_new_sqlite(spec: StorageSpec) -> bool:
+    """Whether ``spec`` is a SQLite file that does not exist yet (so holds no study; opening
+    it creates Optuna's tables, most of a second)."""
+    target = spec.target
+    if not isinstance(target, str) or not target.startswith("sqlite:///"):
+        return False
+    path = target[len("sqlite:///") :]
+    return path != ":memory:" and not Path(path).exists()
 
 
 def _rdb_of(storage: Any) -> Any:
