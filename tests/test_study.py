@@ -263,26 +263,27 @@ def test_a_batch_that_fails_midway_stores_none_of_its_trials(
 ) -> None:
     """One transaction per flush: a write that fails at its third trial leaves the earlier
     flushes intact and none of its own trials; the next flush stores them all, in order."""
-    from optuna.storages import RDBStorage
+    from optuna.storages._rdb.models import TrialValueModel
 
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
     store.flush_interval_s = 1e9
     _run(store, problem, 4)  # first flush: trials 0-3
-    original = RDBStorage._get_prepared_new_trial
+    original = TrialValueModel.value_to_stored_repr  # called once per stored trial here
     calls = {"n": 0}
 
-    def fail_third(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def fail_third(value: float) -> Any:
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(28, "No space left on device")
-        return original(self, *args, **kwargs)
+        return original(value)
 
-    monkeypatch.setattr(RDBStorage, "_get_prepared_new_trial", fail_third)
+    monkeypatch.setattr(TrialValueModel, "value_to_stored_repr", fail_third)
     with pytest.raises(StorageError, match="disk full"):
         _run(store, problem, 5)
+    assert calls["n"] == 3  # the third trial of the batch failed
     assert len(_stored(store)) == 4  # the failed batch rolled back whole
-    monkeypatch.setattr(RDBStorage, "_get_prepared_new_trial", original)
+    monkeypatch.setattr(TrialValueModel, "value_to_stored_repr", original)
     store.flush()
     table = _stored(store)
     assert list(table["trial"]) == list(range(9)) == [r.trial for r in store.records()]
