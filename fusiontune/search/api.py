@@ -191,7 +191,8 @@ def search(
             shutil.rmtree(created, ignore_errors=True)
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
-    store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
+    rows: dict[tuple[int, str], dict[str, Any]] = {}  # table rows of stored trials
+    store.on_flush = lambda: _checkpoint(store, ctx, out_dir, rows)
     try:
         remaining = max(0, spc.trials - len(store.records()))
         if on_start is not None:
@@ -201,7 +202,7 @@ def search(
                 run_trials(store, problem, be, remaining, on_record)
         finally:
             starter.release()  # closes in the background
-        result = _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
+        result = _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best, rows)
         starter.join()
         return result
     except KeyboardInterrupt:
@@ -294,10 +295,17 @@ def _check_writable(out_dir: Path) -> None:
         ) from exc
 
 
-def _checkpoint(store: StudyStore, ctx: res.RowContext, out_dir: Path) -> None:
+def _checkpoint(
+    store: StudyStore,
+    ctx: res.RowContext,
+    out_dir: Path,
+    rows: dict[tuple[int, str], dict[str, Any]] | None = None,
+) -> None:
     """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
-    killed at any moment leaves a readable table of the work stored so far."""
-    res.write_parquet(res.trials_frame(store.stored_records(), ctx), out_dir / res.TRIALS_FILE)
+    killed at any moment leaves a readable table of the work stored so far. ``rows``: the
+    rows built by earlier checkpoints (each stored trial's row is built once)."""
+    frame = res.trials_frame(store.stored_records(), ctx, row_cache=rows)
+    res.write_parquet(frame, out_dir / res.TRIALS_FILE)
 
 
 def _finish(
@@ -308,8 +316,10 @@ def _finish(
     baselines: bool,
     verify_best: bool,
     export_best: bool = False,
+    rows: dict[tuple[int, str], dict[str, Any]] | None = None,
 ) -> SearchResult:
-    """Stages 4-6: baselines, tables, verification, files."""
+    """Stages 4-6: baselines, tables, verification, files (``rows``: table rows the
+    checkpoints built)."""
     graph, name = problem.graph, ctx.study
     store.flush(final=True)
     records = store.stored_records()  # every driver's trials, numbered by the storage
@@ -320,7 +330,7 @@ def _finish(
         raise FusiontuneError(
             f"study '{name}': no trial completed; see the 'error' column of the trials"
         )
-    frames = [res.trials_frame(records, ctx)]
+    frames = [res.trials_frame(records, ctx, row_cache=rows)]
     base_records: dict[str, TrialRecord] = {}
     oracle_info: dict[str, Any] = {}
     if baselines:

@@ -56,13 +56,24 @@ class RowContext:
 
 
 def trials_frame(
-    records: Sequence[TrialRecord], ctx: RowContext, source: str = "search"
+    records: Sequence[TrialRecord],
+    ctx: RowContext,
+    source: str = "search",
+    row_cache: dict[tuple[int, str], dict[str, Any]] | None = None,
 ) -> pd.DataFrame:
-    """One row per record. ``source`` is ``search`` or the baseline's name."""
+    """One row per record. ``source`` is ``search`` or the baseline's name.
+
+    ``row_cache``: rows already built for stored records, by (trial number, uid); a search
+    rewriting its table at every checkpoint builds each row once (decoding a plan's JSON
+    costs more than writing the row)."""
     import pandas as pd
 
     rows = []
     for r in records:
+        key = (r.trial, r.uid)
+        if row_cache is not None and r.uid and key in row_cache:
+            rows.append(row_cache[key])
+            continue
         row: dict[str, Any] = {
             "study": ctx.study,
             "trial": r.trial,
@@ -96,6 +107,8 @@ def trials_frame(
         for k, v in _knobs(r.hw_json).items():
             row[f"hw.{k}"] = v
         rows.append(row)
+        if row_cache is not None and r.uid:
+            row_cache[key] = row
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["verify_error"] = float("nan")
