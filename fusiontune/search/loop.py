@@ -163,19 +163,14 @@ def _tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -
     for key, value in record.constraints.items():
         trial.set_constraint(key, value)
     trial.set_user_attr(RECORD_ATTR, record.to_dict())
+    values = list(record.values) if record.state == "COMPLETE" else None
+    state = None if record.state == "COMPLETE" else TrialState.FAIL
     try:  # Study.tell without the deep copy of the trial it returns (~1 ms per 100 params)
-        from optuna.study._tell import _tell_with_warning as tell
+        from optuna.study._tell import _tell_with_warning
     except ImportError:  # pragma: no cover - Optuna moved it: the public call does the same
-        tell = None
-    if tell is None:  # pragma: no cover
-        if record.state == "COMPLETE":
-            study.tell(trial, values=list(record.values))
-        else:
-            study.tell(trial, state=TrialState.FAIL)
-    elif record.state == "COMPLETE":
-        tell(study, trial, value_or_values=list(record.values))
-    else:
-        tell(study, trial, state=TrialState.FAIL)
+        study.tell(trial, values=values, state=state)
+        return
+    _tell_with_warning(study, trial, value_or_values=values, state=state)
 
 
 def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord | None:
