@@ -192,6 +192,7 @@ def search(
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     rows: dict[tuple[int, str], dict[str, Any]] = {}  # table rows of stored trials
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}  # the evaluations' group metrics
     store.on_flush = lambda: _checkpoint(store, ctx, out_dir, rows)
     try:
         remaining = max(0, spc.trials - len(store.records()))
@@ -199,10 +200,12 @@ def search(
             on_start(remaining)
         try:
             if remaining:
-                run_trials(store, problem, be, remaining, on_record)
+                run_trials(store, problem, be, remaining, on_record, groups)
         finally:
             starter.release()  # closes in the background
-        result = _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best, rows)
+        result = _finish(
+            problem, store, ctx, out_dir, baselines, verify_best, export_best, rows, groups
+        )
         starter.join()
         return result
     except KeyboardInterrupt:
@@ -317,9 +320,10 @@ def _finish(
     verify_best: bool,
     export_best: bool = False,
     rows: dict[tuple[int, str], dict[str, Any]] | None = None,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
 ) -> SearchResult:
     """Stages 4-6: baselines, tables, verification, files (``rows``: table rows the
-    checkpoints built)."""
+    checkpoints built; ``groups``: group metrics the evaluations returned)."""
     graph, name = problem.graph, ctx.study
     store.flush(final=True)
     records = store.stored_records()  # every driver's trials, numbered by the storage
@@ -348,7 +352,7 @@ def _finish(
         summary_extra = {"verify_best": {"max_rel_err": err, "passed": passed}}
     else:
         summary_extra = {}
-    groups_df = _groups_table(graph, trials_df, name)
+    groups_df = _groups_table(graph, trials_df, name, groups)
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     summary.update(summary_extra)
     summary["storage"] = store.spec.label
@@ -531,8 +535,16 @@ def _verify(graph: Graph, plan: Plan, hw: Any) -> tuple[float, bool]:
     return float(report.max_rel_err), bool(report.passed)
 
 
-def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataFrame:
-    """Groups of every distinct completed (plan, hardware) in the trials table."""
+def _groups_table(
+    graph: Graph,
+    trials_df: pd.DataFrame,
+    study: str,
+    known: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
+) -> pd.DataFrame:
+    """Groups of every distinct completed (plan, hardware) in the trials table; ``known``:
+    group metrics already evaluated this run, by (plan hash, hardware hash) (the others,
+    from earlier runs or other drivers, are simulated again)."""
+    known = known or {}
     done = trials_df[trials_df["state"] == "COMPLETE"].drop_duplicates(["plan_hash", "hw_hash"])
     hw_cache: dict[str, Any] = {}
     items = []
@@ -540,14 +552,10 @@ def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataF
         if row.hw_hash not in hw_cache:
             hw_cache[row.hw_hash] = res.hardware_from_json(row.hw_json)
         plan = _plan_of(row.plan_json)
-        items.append(
-            (
-                row.plan_hash,
-                row.hw_hash,
-                plan,
-                res.group_metrics_of(graph, plan, hw_cache[row.hw_hash]),
-            )
-        )
+        metrics = known.get((row.plan_hash, row.hw_hash))
+        if metrics is None or len(metrics) != len(plan.groups):
+            metrics = res.group_metrics_of(graph, plan, hw_cache[row.hw_hash])
+        items.append((row.plan_hash, row.hw_hash, plan, metrics))
     return res.groups_frame(items, graph, study)
 
 

@@ -34,8 +34,12 @@ def run_trials(
     backend: Backend,
     n_trials: int,
     on_record: Callable[[TrialRecord], None] | None = None,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
 ) -> list[TrialRecord]:
     """Run ``n_trials`` more trials: ask a batch, submit it, tell results as they stream in.
+
+    ``groups``: filled with the per-group metrics the evaluations returned, by (plan hash,
+    hardware hash), for the groups table (not re-simulated at the end).
 
     Returns the records of the new trials in the order they were told.
     """
@@ -105,6 +109,8 @@ def run_trials(
                 record = make_record(problem, outcome.trial, solved, hw, outcome)
                 if record.state == "COMPLETE":
                     cache[key] = record
+                    if groups is not None:
+                        groups[(record.plan_hash, record.hw_hash)] = list(outcome.groups)
                 finish(trial, record)
                 for dupe, _, _ in dupes:
                     finish(dupe, _duplicate(record, dupe.number + offset))
