@@ -392,24 +392,29 @@ class StudyStore:
     def _store(self, records: list[TrialRecord]) -> None:
         """Store ``records`` (in order) and note the storage's number of each."""
         storage, study_id = self.persistent._storage, self.persistent._study_id
-        stored = [
-            dataclasses.replace(
-                r,
-                uid=r.uid or self.uid(r.trial),
-                duplicate_of=self._number.get(r.duplicate_of, r.duplicate_of),
+
+        def template(record: TrialRecord, numbers: dict[int, int]) -> optuna.trial.FrozenTrial:
+            dup = record.duplicate_of  # the original's stored number (maybe in this batch)
+            stored = dataclasses.replace(
+                record,
+                uid=record.uid or self.uid(record.trial),
+                duplicate_of=numbers.get(dup, self._number.get(dup, dup)),
             )
-            for r in records
-        ]
-        templates = [_stored_trial(r, self.param_dists) for r in stored]
+            return _stored_trial(stored, self.param_dists)
+
+        def templates(first: int) -> list[optuna.trial.FrozenTrial]:
+            batch = {r.trial: first + i for i, r in enumerate(records)}
+            return [template(r, batch) for r in records]
+
         rdb = _rdb_of(storage)
         if rdb is not None:
             with deferred_interrupt():
                 numbers = insert_trials(rdb, study_id, templates)
                 self._number.update(zip((r.trial for r in records), numbers))
             return
-        for record, template in zip(records, templates):
+        for record in records:
             with deferred_interrupt():
-                trial_id = storage.create_new_trial(study_id, template_trial=template)
+                trial_id = storage.create_new_trial(study_id, template_trial=template(record, {}))
                 self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
 
     def _adopt_committed(self) -> None:
@@ -627,9 +632,13 @@ def _rdb_of(storage: Any) -> Any:
     return rdb if isinstance(rdb, RDBStorage) else None
 
 
-def insert_trials(rdb: Any, study_id: int, templates: list[optuna.trial.FrozenTrial]) -> list[int]:
-    """Store finished trials (``templates``: state, values, params, attributes) in ONE
-    database transaction, numbered after the study's trials; returns their numbers.
+def insert_trials(
+    rdb: Any, study_id: int, templates: Callable[[int], list[optuna.trial.FrozenTrial]]
+) -> list[int]:
+    """Store finished trials in ONE database transaction, numbered after the study's trials;
+    returns their numbers. ``templates(first)`` gives the trials (state, values, params,
+    attributes) once the number of the first is known (a record names its original by
+    number, and the original may be in the same batch).
 
     What ``RDBStorage.create_new_trial(study_id, template_trial=...)`` writes for one trial,
     with Optuna's own table models, for a whole flush: that call costs a commit (an fsync on
@@ -653,7 +662,7 @@ def insert_trials(rdb: Any, study_id: int, templates: list[optuna.trial.FrozenTr
             .scalar()
         )
         numbers = []
-        for i, t in enumerate(templates):
+        for i, t in enumerate(templates(first)):
             trial = models.TrialModel(study_id=study_id, number=first + i, state=t.state)
             trial.datetime_start = t.datetime_start
             trial.datetime_complete = t.datetime_complete
