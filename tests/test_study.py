@@ -26,7 +26,7 @@ from fusiontune.search.backends import SerialBackend
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
 from fusiontune.search.results import read_parquet, write_parquet
-from fusiontune.search.storage import StudyStore, open_study, storage_for
+from fusiontune.search.storage import StudyStore, open_study, storage_for, study_records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -302,6 +302,7 @@ def test_a_batch_that_fails_midway_stores_none_of_its_trials(
     store.flush()
     table = _stored(store)
     assert list(table["trial"]) == list(range(9)) == [r.trial for r in store.records()]
+    assert store.stored_records() == study_records(store.persistent, stored=True)
     store.close()
 
 
@@ -331,6 +332,8 @@ def test_a_study_killed_between_checkpoints_resumes_with_the_checkpointed_trials
     _run(resumed, problem, 4)
     numbers = [r.trial for r in resumed.stored_records()]
     assert numbers == list(range(9))  # the new trials continue the numbering
+    # the locked SQLite study's records, kept as written, are what the storage reads back
+    assert resumed.stored_records() == study_records(resumed.persistent, stored=True)
     memory = [t.number for t in resumed.memory.get_trials()]
     assert memory == numbers  # and the mirror's (Optuna's) numbers are the stored ones
     resumed.close()

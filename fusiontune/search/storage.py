@@ -313,6 +313,9 @@ class StudyStore:
         self._lock = lock
         self._last_flush_s = time.monotonic()
         self._scanned = 0  # mirror trials before this index are all stored
+        # what this driver stored, by storage number (None: unknown, read the storage); a
+        # study only this driver writes (SQLite, locked) needs no read-back at checkpoints
+        self._stored: list[TrialRecord] | None = None
 
     def add(self, record: TrialRecord) -> None:
         """Note a finished trial (already told to :attr:`memory`); flush when it is time."""
@@ -356,6 +359,7 @@ class StudyStore:
                 raise
             except Exception as exc:
                 self._check_uids = True
+                self._stored = None  # what was committed is known only to the storage now
                 raise StorageError(
                     f"cannot store finished trials in {self.spec.label} ({_reason(exc)}); "
                     "the trials stored so far are safe: fix the cause (free disk space, "
@@ -393,9 +397,11 @@ class StudyStore:
         """Store ``records`` (in order) and note the storage's number of each."""
         storage, study_id = self.persistent._storage, self.persistent._study_id
 
+        done: dict[int, TrialRecord] = {}  # provisional number -> record as stored
+
         def template(record: TrialRecord, numbers: dict[int, int]) -> optuna.trial.FrozenTrial:
             dup = record.duplicate_of  # the original's stored number (maybe in this batch)
-            stored = dataclasses.replace(
+            stored = done[record.trial] = dataclasses.replace(
                 record,
                 uid=record.uid or self.uid(record.trial),
                 duplicate_of=numbers.get(dup, self._number.get(dup, dup)),
@@ -411,11 +417,20 @@ class StudyStore:
             with deferred_interrupt():
                 numbers = insert_trials(rdb, study_id, templates)
                 self._number.update(zip((r.trial for r in records), numbers))
+                self._note_stored(done)
             return
         for record in records:
             with deferred_interrupt():
                 trial_id = storage.create_new_trial(study_id, template_trial=template(record, {}))
                 self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
+                self._note_stored(done)
+
+    def _note_stored(self, done: dict[int, TrialRecord]) -> None:
+        """Add the records just stored, numbered by the storage, to :attr:`_stored`."""
+        if self._stored is not None:
+            for provisional, record in done.items():
+                self._stored.append(dataclasses.replace(record, trial=self._number[provisional]))
+        done.clear()
 
     def _adopt_committed(self) -> None:
         """Map records a failed flush committed after all (found by their uid)."""
@@ -431,7 +446,12 @@ class StudyStore:
         return study_records(self.memory)
 
     def stored_records(self) -> list[TrialRecord]:
-        """Every stored trial of the study, of every driver, by the storage's trial number."""
+        """Every stored trial of the study, of every driver, by the storage's trial number.
+
+        A SQLite study this driver holds the lock of has no other writer: its records are
+        the ones this driver stored (kept as they were written), not read back."""
+        if self._lock is not None and self._stored is not None and not self._check_uids:
+            return sorted(self._stored, key=lambda r: r.trial)
         try:
             return study_records(self.persistent, stored=True)
         except Exception as exc:
@@ -593,9 +613,11 @@ def _open(
             ) from exc
         for params in starts:
             memory.enqueue_trial(params)
-        return StudyStore(
+        store = StudyStore(
             persistent, memory, 0, flush_interval_s, spec=spec, param_dists=knob_dists
         )
+        store._stored = []
+        return store
     persistent = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     _check_identity(name, spec, persistent.user_attrs.get(IDENTITY_ATTR), identity)
     if before_create is not None:
@@ -608,9 +630,11 @@ def _open(
         persistent.tell(t.number, state=TrialState.FAIL)
     offset = len(persistent.get_trials(deepcopy=False)) - len(old)
     stored = {r.trial for r in old}
-    return StudyStore(
+    store = StudyStore(
         persistent, memory, offset, flush_interval_s, stored, spec=spec, param_dists=knob_dists
     )
+    store._stored = list(old)
+    return store
 
 
 def _is_new_sqlite(spec: StorageSpec) -> bool:
