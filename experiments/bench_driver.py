@@ -57,10 +57,10 @@ PARTS = ("sampler", "optuna", "decode", "records", "storage", "tables", "loop", 
 """Exclusive-time labels of the probes (``loop``: run_trials' own lines)."""
 
 PHASES = (
-    ("imports", "process start -> fusiontune's CLI imported"),
+    ("imports", "interpreter start, imports, argparse (up to the model load)"),
     ("graph", "load the model"),
     ("problem", "decision variables (candidate edges)"),
-    ("study", "open the study: start plans (greedy, TVM-like, unfused), SQLite"),
+    ("study", "open the study: SQLite, start plans (after: while Ray starts)"),
     ("ray_wait", "wait for local Ray (ray.init, graph put)"),
     ("trials", "300 trials"),
     ("ray_close", "last trial -> baselines start (before: Ray shutdown)"),
