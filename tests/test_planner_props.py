@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -159,6 +160,85 @@ def test_plan_from_edges_is_legal_for_any_edge_subset(
     # all candidate edges chosen and every merge allowed where legal reproduces no fewer groups
     # than greedy can reach
     assert plan_from_edges(graph, [], None, config) == unfused_plan(graph)
+
+
+def _reference_repair(
+    graph: Graph, chosen: list[tuple[str, str]], choices: dict[str, bool | str], config: Any
+) -> Plan:
+    """plan_from_edges as first written: every tried merge rebuilds the whole quotient graph
+    and looks for a cycle in it (no incremental search, no cache)."""
+    from fusiontune.planner._index import graph_index
+    from fusiontune.planner.baselines import _is_merge_choice
+    from fusiontune.planner.candidates import edge_index
+    from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
+
+    ix, pos = graph_index(graph), graph.op_index
+    allowed = set(edge_index(graph, config))
+    chosen_preds: list[list[int]] = [[] for _ in range(ix.n)]
+    for producer, consumer in chosen:
+        pair = (pos[producer], pos[consumer])
+        if pair in allowed and pair[0] not in chosen_preds[pair[1]]:
+            chosen_preds[pair[1]].append(pair[0])
+    group_of = list(range(ix.n))
+    members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
+    for x in range(ix.n):
+        pred_groups = sorted({group_of[p] for p in chosen_preds[x]})
+        options = [pred_groups] if len(pred_groups) > 1 else []
+        options += [[g] for g in sorted(pred_groups, key=lambda g: -max(members[g]))]
+        for option in options:
+            union = set().union(*(members[g] for g in option)) | {x}
+            if not legal_modes(GroupView.of(ix, union, config)):
+                continue
+            trial = [option[0] if (g in option or i == x) else g for i, g in enumerate(group_of)]
+            if quotient_cycle(ix, trial):
+                continue
+            group_of = trial
+            for g in option:
+                del members[g]
+            del members[x]
+            members[option[0]] = union
+            break
+    groups = []
+    for s in members.values():
+        view = GroupView.of(ix, s, config)
+        modes = legal_modes(view)
+        mode = modes[0]
+        if len(modes) > 1:
+            merge = _is_merge_choice(choices.get(ix.names[view.linear[0]], False))
+            mode = Mode.MERGE if merge else Mode.STREAM
+        groups.append(Group(tuple(ix.names[i] for i in view.members), mode))
+    return Plan.of(graph, groups)
+
+
+@PROPS
+@given(st.one_of(dag_graphs(max_ops=12), crossing_graphs()), configs, st.data())
+def test_plan_from_edges_repairs_as_the_whole_graph_cycle_check_does(
+    graph: Graph, config: PlannerConfig, data: st.DataObject
+) -> None:
+    """The repair's incremental cycle search and its cache of legal groups give the plan the
+    former whole-quotient check gives, for any choice of edges (called twice: cache warm)."""
+    edges = candidate_edges(graph, config)
+    chosen = data.draw(st.lists(st.sampled_from(edges), unique=True) if edges else st.just([]))
+    merges = merge_candidates(graph, config)
+    choices = {m: data.draw(st.sampled_from([True, False])) for m in merges}
+    expected = _reference_repair(graph, chosen, choices, config)
+    assert plan_from_edges(graph, chosen, choices, config) == expected
+    assert plan_from_edges(graph, chosen, choices, config) == expected
+
+
+@pytest.mark.parametrize("model", ["resnet18", "mobilenet_v2", "bert_encoder"])
+def test_plan_from_edges_on_zoo_models_matches_the_whole_graph_check(model: str) -> None:
+    from fusiontune.frontend.zoo import build_zoo
+
+    graph = build_zoo(model)
+    config = PlannerConfig()
+    edges = candidate_edges(graph, config)
+    rng = np.random.default_rng(7)
+    for density in (0.3, 0.7, 0.95):
+        chosen = [e for e in edges if rng.random() < density]
+        assert plan_from_edges(graph, chosen, {}, config) == _reference_repair(
+            graph, chosen, {}, config
+        )
 
 
 @PROPS

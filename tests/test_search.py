@@ -203,3 +203,20 @@ def test_bruteforce_walks_a_small_space(tmp_path: Path) -> None:
     rows = _search_rows(result)
     assert rows["plan_hash"].nunique() == count_plans(_graph("mlp_relu"))
     assert result.best_over_optimum == 1.0
+
+
+def test_groups_table_from_the_evaluations_equals_a_re_simulation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The groups table reuses the group metrics the evaluations returned; simulating every
+    distinct (plan, hardware) again gives the same table."""
+    from fusiontune.search import results
+    from fusiontune.search.api import _groups_table
+
+    simulated = []
+    original = results.group_metrics_of
+    monkeypatch.setattr(results, "group_metrics_of", lambda *a: simulated.append(a) or original(*a))
+    result = search("resnet18", trials=12, sampler="random", out=tmp_path, baselines=False)
+    assert len(result.groups) > 0 and not simulated  # every plan's groups came with it
+    again = _groups_table(_graph("resnet18"), result.trials, "resnet18")  # nothing known
+    pd.testing.assert_frame_equal(result.groups, again)

@@ -20,12 +20,13 @@ import pandas as pd
 import pytest
 
 from fusiontune.errors import StorageError
+from fusiontune.search import storage as storage_module
 from fusiontune.search.api import search
 from fusiontune.search.backends import SerialBackend
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
 from fusiontune.search.results import read_parquet, write_parquet
-from fusiontune.search.storage import StudyStore, open_study, storage_for
+from fusiontune.search.storage import StudyStore, open_study, storage_for, study_records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,11 +130,21 @@ def test_a_killed_driver_leaves_no_stale_sqlite_lock(tmp_path: Path) -> None:
 
 
 # ---- several drivers on one journal ------------------------------------------------------------
-def test_interleaved_drivers_number_trials_uniquely(tmp_path: Path) -> None:
-    problem = _problem("lenet5")
-    journal = storage_for(str(tmp_path / "s.log"), tmp_path)
-    a = _open(journal, problem, resume=False)
-    b = _open(storage_for(str(tmp_path / "s.log"), tmp_path), problem, resume=True)
+@pytest.mark.parametrize("kind", ["journal", "database"])
+def test_interleaved_drivers_number_trials_uniquely(tmp_path: Path, kind: str) -> None:
+    """Journal: one trial per write; database: one transaction per flush (SQLite without
+    the one-driver lock stands in for PostgreSQL here)."""
+    from fusiontune.search.storage import StorageSpec
+
+    problem = _problem("mlp_relu")  # few plans: random trials repeat some
+    if kind == "journal":
+        spec_a = storage_for(str(tmp_path / "s.log"), tmp_path)
+        spec_b = storage_for(str(tmp_path / "s.log"), tmp_path)
+    else:
+        url = f"sqlite:///{tmp_path / 's.db'}"
+        spec_a = spec_b = StorageSpec(url, "s.db")  # no lock: two drivers
+    a = _open(spec_a, problem, resume=False)
+    b = _open(spec_b, problem, resume=True)
     for _ in range(3):  # both drivers' provisional numbers start at 0: they collide
         _run(a, problem, 5)
         _run(b, problem, 5)
@@ -141,8 +152,13 @@ def test_interleaved_drivers_number_trials_uniquely(tmp_path: Path) -> None:
         table = _stored(store)
         assert len(table) == 30 and table["trial"].is_unique and table["uid"].is_unique
         assert sorted(table["trial"]) == list(range(30))
-        dups = table[table["duplicate_of"] >= 0]
-        assert dups["duplicate_of"].isin(table["trial"]).all()
+        records = {r.trial: r for r in store.stored_records()}
+        dups = [r for r in records.values() if r.duplicate_of >= 0]
+        assert dups
+        for dup in dups:  # each names its original by the storage's number
+            original = records[dup.duplicate_of]
+            assert original.plan_hash == dup.plan_hash and original.duplicate_of < 0
+            assert original.uid.split(":")[0] == dup.uid.split(":")[0]  # same driver
     assert {u.split(":")[0] for u in _stored(a)["uid"]} == {a.driver_id, b.driver_id}
 
 
@@ -203,56 +219,124 @@ def test_a_flush_interrupted_twice_stores_every_trial_once(
 def _interrupted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
-    store.flush_interval_s = 1e9  # flushed at the end of the run, then by hand
-    storage = store.persistent._storage
-    original = storage.create_new_trial
+    store.flush_interval_s = 1e9  # flushed at the end of each run, then by hand
+    original = storage_module.insert_trials
     calls = {"n": 0}
 
     def commit_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
-        trial_id = original(*args, **kwargs)
+        numbers = original(*args, **kwargs)
         calls["n"] += 1
-        if calls["n"] in (3, 4):  # the signal lands right after the commit
+        if calls["n"] in (1, 2):  # the signal lands right after the batch commits
             os.kill(os.getpid(), signal.SIGINT)
-        return trial_id
+        return numbers
 
-    monkeypatch.setattr(storage, "create_new_trial", commit_then_ctrl_c)
+    monkeypatch.setattr(storage_module, "insert_trials", commit_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
-        _run(store, problem, 12)  # the final flush is interrupted
+        _run(store, problem, 6)  # the final flush is interrupted
     with pytest.raises(KeyboardInterrupt):
-        store.flush()  # and the next one too
+        _run(store, problem, 6)  # and the next one too
     store.flush()
     table = _stored(store)
+    assert calls["n"] == 2  # one transaction per flush, not one per trial
     assert len(table) == len(store.records()) == 12
     assert table["trial"].is_unique and table["uid"].is_unique
+    assert list(table["trial"]) == [r.trial for r in store.records()]  # Optuna's numbers
     store.close()
 
 
 def test_a_failed_write_is_not_stored_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The storage commits, then the connection fails: the next flush finds the trial by uid."""
+    """The storage commits, then the connection fails: the next flush finds the trials by uid."""
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
     store.flush_interval_s = 1e9
-    storage = store.persistent._storage
-    original = storage.create_new_trial
+    original = storage_module.insert_trials
     calls = {"n": 0}
 
     def commit_then_fail(*args: Any, **kwargs: Any) -> Any:
-        trial_id = original(*args, **kwargs)
+        numbers = original(*args, **kwargs)
         calls["n"] += 1
         if calls["n"] == 2:
             raise ConnectionError("server closed the connection unexpectedly")
-        return trial_id
+        return numbers
 
-    monkeypatch.setattr(storage, "create_new_trial", commit_then_fail)
+    monkeypatch.setattr(storage_module, "insert_trials", commit_then_fail)
+    _run(store, problem, 3)
     with pytest.raises(StorageError, match="server closed the connection"):
-        _run(store, problem, 6)
-    monkeypatch.setattr(storage, "create_new_trial", original)
+        _run(store, problem, 3)
+    monkeypatch.setattr(storage_module, "insert_trials", original)
     store.flush()
     table = _stored(store)
     assert len(table) == 6 and table["uid"].is_unique and table["trial"].is_unique
     store.close()
+
+
+# ---- batched checkpoints -------------------------------------------------------------------------
+def test_a_batch_that_fails_midway_stores_none_of_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One transaction per flush: a write that fails at its third trial leaves the earlier
+    flushes intact and none of its own trials; the next flush stores them all, in order."""
+    from optuna.storages._rdb.models import TrialValueModel
+
+    problem = _problem()
+    store = _open(storage_for(None, tmp_path), problem, resume=False)
+    store.flush_interval_s = 1e9
+    _run(store, problem, 4)  # first flush: trials 0-3
+    original = TrialValueModel.value_to_stored_repr  # called once per stored trial here
+    calls = {"n": 0}
+
+    def fail_third(value: float) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError(28, "No space left on device")
+        return original(value)
+
+    monkeypatch.setattr(TrialValueModel, "value_to_stored_repr", fail_third)
+    with pytest.raises(StorageError, match="disk full"):
+        _run(store, problem, 5)
+    assert calls["n"] == 3  # the third trial of the batch failed
+    assert len(_stored(store)) == 4  # the failed batch rolled back whole
+    monkeypatch.setattr(TrialValueModel, "value_to_stored_repr", original)
+    store.flush()
+    table = _stored(store)
+    assert list(table["trial"]) == list(range(9)) == [r.trial for r in store.records()]
+    assert store.stored_records() == study_records(store.persistent, stored=True)
+    store.close()
+
+
+def test_a_study_killed_between_checkpoints_resumes_with_the_checkpointed_trials(
+    tmp_path: Path,
+) -> None:
+    """Trials told after the last checkpoint die with the driver; the resumed study holds the
+    checkpointed ones under the numbers, parameters and values Optuna gave them, and numbers
+    the next trials after them."""
+    problem = _problem()
+    store = _open(storage_for(None, tmp_path), problem, resume=False)
+    store.flush_interval_s = 1e9
+    _run(store, problem, 5)  # checkpoint: trials 0-4
+    checkpointed = {t.number: (t.params, t.values) for t in store.memory.get_trials()}
+    store.flush = lambda final=False: None  # type: ignore[method-assign]  # killed before
+    _run(store, problem, 3)  # the next checkpoint: trials 5-7 told, never stored
+    assert len(store.memory.get_trials()) == 8
+    store._lock.release()  # what the kill does to the flock  # type: ignore[union-attr]
+
+    resumed = _open(storage_for(None, tmp_path), problem, resume=True)
+    stored = resumed.persistent.get_trials()
+    assert [t.number for t in stored] == list(range(5))
+    assert {t.number: (t.params, t.values) for t in resumed.memory.get_trials()} == {
+        n: (p, v) for n, (p, v) in checkpointed.items()
+    }
+    assert [r.trial for r in resumed.stored_records()] == list(range(5))
+    _run(resumed, problem, 4)
+    numbers = [r.trial for r in resumed.stored_records()]
+    assert numbers == list(range(9))  # the new trials continue the numbering
+    # the locked SQLite study's records, kept as written, are what the storage reads back
+    assert resumed.stored_records() == study_records(resumed.persistent, stored=True)
+    memory = [t.number for t in resumed.memory.get_trials()]
+    assert memory == numbers  # and the mirror's (Optuna's) numbers are the stored ones
+    resumed.close()
 
 
 # ---- tables readable while rewritten -------------------------------------------------------------

@@ -12,6 +12,7 @@ Mode policy for groups with two or more LINEAR ops (the only groups with a choic
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
@@ -20,7 +21,7 @@ from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import AffineKind, affine_kind, matrix_shape
-from fusiontune.planner._index import GraphIndex, graph_index
+from fusiontune.planner._index import GraphIndex, bits, graph_index
 from fusiontune.planner.candidates import candidate_edges, edge_index
 from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
 from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig, singleton_plan
@@ -163,6 +164,7 @@ def plan_from_edges(
             chosen_preds[pair[1]].append(pair[0])
     group_of = list(range(ix.n))
     members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
+    masks = [1 << i for i in range(ix.n)]  # members of each group as a bitmask
     for x in range(ix.n):
         pred_groups = sorted({group_of[p] for p in chosen_preds[x]})
         if not pred_groups:
@@ -170,18 +172,22 @@ def plan_from_edges(
         options = [pred_groups] if len(pred_groups) > 1 else []
         options += [[g] for g in sorted(pred_groups, key=lambda g: -max(members[g]))]
         for option in options:
+            union_mask = masks[x]
+            for g in option:
+                union_mask |= masks[g]
+            if not _modes_of(ix, cfg, union_mask) or _closes_cycle(
+                ix, group_of, masks, union_mask, x
+            ):
+                continue
             union = set().union(*(members[g] for g in option)) | {x}
-            if not legal_modes(GroupView.of(ix, union, cfg)):
-                continue
             target = option[0]
-            trial = [target if (g in option or i == x) else g for i, g in enumerate(group_of)]
-            if quotient_cycle(ix, trial):
-                continue
-            group_of = trial
+            for i in union:
+                group_of[i] = target
             for g in option:
                 del members[g]
             del members[x]
             members[target] = union
+            masks[target] = union_mask
             break
     choices = merge_choices or {}
 
@@ -189,6 +195,55 @@ def plan_from_edges(
         return _is_merge_choice(choices.get(ix.names[view.linear[0]], False))
 
     return _plan(ix, members.values(), cfg, wants_merge)
+
+
+_MODES: weakref.WeakKeyDictionary[GraphIndex, dict[tuple[PlannerConfig, int], tuple[Mode, ...]]]
+_MODES = weakref.WeakKeyDictionary()
+"""Legal modes of the groups :func:`plan_from_edges` has tried, per graph, by (config, op
+bitmask): a search repairs hundreds of assignments of one graph, most of them sharing groups."""
+
+MODES_CACHE_ENTRIES = 1 << 18
+"""Groups remembered per graph before the cache starts over (a few tens of MB at most)."""
+
+
+def _modes_of(ix: GraphIndex, cfg: PlannerConfig, mask: int) -> tuple[Mode, ...]:
+    """``legal_modes`` of the group of ops ``mask`` (cached)."""
+    cache = _MODES.setdefault(ix, {})
+    key = (cfg, mask)
+    modes = cache.get(key)
+    if modes is None:
+        if len(cache) >= MODES_CACHE_ENTRIES:
+            cache.clear()
+        modes = cache[key] = legal_modes(GroupView.of(ix, bits(mask), cfg))
+    return modes
+
+
+def _closes_cycle(
+    ix: GraphIndex, group_of: list[int], masks: list[int], union: int, x: int
+) -> bool:
+    """Whether making the ops of ``union`` (some groups and op ``x``) one group closes a cycle
+    of groups, i.e. :func:`quotient_cycle` of the merged assignment is not empty.
+
+    The groups are acyclic before (every accepted merge keeps them so), so a new cycle passes
+    through the merged group: a path that leaves ``union`` and comes back. Ops are merged in
+    topological order, so every op after ``x`` is still alone and leads only to later ops:
+    the search walks the groups of ops before ``x`` reachable from ``union``, not the graph.
+    """
+    reached = 0
+    stack = [s for i in bits(union) for s in ix.succs[i] if not union >> s & 1]
+    while stack:
+        o = stack.pop()
+        if o > x or reached >> o & 1:
+            continue
+        group = masks[group_of[o]]
+        reached |= group
+        for m in bits(group):
+            for s in ix.succs[m]:
+                if union >> s & 1:
+                    return True
+                if not reached >> s & 1:
+                    stack.append(s)
+    return False
 
 
 TVM_EPILOGUE_CLASSES = frozenset({OpClass.ELEMWISE, OpClass.BINARY, OpClass.LAYOUT})
@@ -276,7 +331,7 @@ def _plan(
     groups = []
     for s in sets:
         view = GroupView.of(ix, s, cfg)
-        modes = legal_modes(view)
+        modes = _modes_of(ix, cfg, ix.mask(list(s)))
         if not modes:  # cannot happen: every set was checked when formed
             raise AssertionError(f"internal: group {sorted(s)} has no legal mode")
         mode = modes[0]

@@ -34,6 +34,7 @@ from fusiontune.search.backends import (
     evaluate_batch,
     make_backend,
 )
+from fusiontune.search.background import BackendThread
 from fusiontune.search.loop import best_record, make_record, run_trials
 from fusiontune.search.problem import Problem
 from fusiontune.search.results import SearchResult
@@ -173,6 +174,9 @@ def search(
         plans_per_task=1 if problem.bilevel else None,
         eval_timeout_s=eval_timeout_s,
     )
+    # the backend (a local Ray: seconds) starts in the background while the study opens and
+    # the start plans are computed, and closes in the background while the baselines run
+    starter = BackendThread(be, graph)
     try:
         store = open_study(
             name,
@@ -182,25 +186,34 @@ def search(
             resume,
             start_from_greedy,
             checkpoint_s,
-            before_create=lambda: be.start(graph),  # a backend that fails leaves no study
+            before_create=starter.begin,
+            # more than one trial in flight: the sampler must know (TPE's constant liar)
+            parallel=be.name != "serial" or be.plans_per_task > 1,
+            before_write=starter.ready,  # a backend that fails leaves no study
         )
     except BaseException:
-        be.close()
+        starter.join()
         if created is not None:  # nothing was stored: leave no empty folder or database behind
             shutil.rmtree(created, ignore_errors=True)
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
-    store.on_flush = lambda: _checkpoint(store, ctx, out_dir)
+    rows: dict[tuple[int, str], dict[str, Any]] = {}  # table rows of stored trials
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}  # the evaluations' group metrics
+    store.on_flush = lambda: _checkpoint(store, ctx, out_dir, rows)
     try:
         remaining = max(0, spc.trials - len(store.records()))
         if on_start is not None:
             on_start(remaining)
         try:
             if remaining:
-                run_trials(store, problem, be, remaining, on_record)
+                run_trials(store, problem, be, remaining, on_record, groups)
         finally:
-            be.close()
-        return _finish(problem, store, ctx, out_dir, baselines, verify_best, export_best)
+            starter.release()  # closes in the background
+        result = _finish(
+            problem, store, ctx, out_dir, baselines, verify_best, export_best, rows, groups
+        )
+        starter.join()
+        return result
     except KeyboardInterrupt:
         with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
             store.flush(final=True)
@@ -208,6 +221,7 @@ def search(
         raise SearchInterrupted(out_dir, len(store.stored_records())) from None
     finally:
         store.close()
+        starter.join()
 
 
 MAX_SEED = 2**32 - 1
@@ -290,10 +304,17 @@ def _check_writable(out_dir: Path) -> None:
         ) from exc
 
 
-def _checkpoint(store: StudyStore, ctx: res.RowContext, out_dir: Path) -> None:
+def _checkpoint(
+    store: StudyStore,
+    ctx: res.RowContext,
+    out_dir: Path,
+    rows: dict[tuple[int, str], dict[str, Any]] | None = None,
+) -> None:
     """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
-    killed at any moment leaves a readable table of the work stored so far."""
-    res.write_parquet(res.trials_frame(store.stored_records(), ctx), out_dir / res.TRIALS_FILE)
+    killed at any moment leaves a readable table of the work stored so far. ``rows``: the
+    rows built by earlier checkpoints (each stored trial's row is built once)."""
+    frame = res.trials_frame(store.stored_records(), ctx, row_cache=rows)
+    res.write_parquet(frame, out_dir / res.TRIALS_FILE)
 
 
 def _finish(
@@ -304,8 +325,11 @@ def _finish(
     baselines: bool,
     verify_best: bool,
     export_best: bool = False,
+    rows: dict[tuple[int, str], dict[str, Any]] | None = None,
+    groups: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
 ) -> SearchResult:
-    """Stages 4-6: baselines, tables, verification, files."""
+    """Stages 4-6: baselines, tables, verification, files (``rows``: table rows the
+    checkpoints built; ``groups``: group metrics the evaluations returned)."""
     graph, name = problem.graph, ctx.study
     store.flush(final=True)
     records = store.stored_records()  # every driver's trials, numbered by the storage
@@ -316,7 +340,7 @@ def _finish(
         raise FusiontuneError(
             f"study '{name}': no trial completed; see the 'error' column of the trials"
         )
-    frames = [res.trials_frame(records, ctx)]
+    frames = [res.trials_frame(records, ctx, row_cache=rows)]
     base_records: dict[str, TrialRecord] = {}
     oracle_info: dict[str, Any] = {}
     best_hw = res.hardware_from_json(best.hw_json)
@@ -341,7 +365,7 @@ def _finish(
         summary_extra = {"verify_best": {"max_rel_err": err, "passed": passed}}
     else:
         summary_extra = {}
-    groups_df = _groups_table(graph, trials_df, name)
+    groups_df = _groups_table(graph, trials_df, name, groups)
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     if at_best is not None:
         summary["at_best_hardware"] = at_best
@@ -584,8 +608,16 @@ def _verify(graph: Graph, plan: Plan, hw: Any) -> tuple[float, bool]:
     return float(report.max_rel_err), bool(report.passed)
 
 
-def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataFrame:
-    """Groups of every distinct completed (plan, hardware) in the trials table."""
+def _groups_table(
+    graph: Graph,
+    trials_df: pd.DataFrame,
+    study: str,
+    known: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
+) -> pd.DataFrame:
+    """Groups of every distinct completed (plan, hardware) in the trials table; ``known``:
+    group metrics already evaluated this run, by (plan hash, hardware hash) (the others,
+    from earlier runs or other drivers, are simulated again)."""
+    known = known or {}
     done = trials_df[trials_df["state"] == "COMPLETE"].drop_duplicates(["plan_hash", "hw_hash"])
     hw_cache: dict[str, Any] = {}
     items = []
@@ -593,14 +625,10 @@ def _groups_table(graph: Graph, trials_df: pd.DataFrame, study: str) -> pd.DataF
         if row.hw_hash not in hw_cache:
             hw_cache[row.hw_hash] = res.hardware_from_json(row.hw_json)
         plan = _plan_of(row.plan_json)
-        items.append(
-            (
-                row.plan_hash,
-                row.hw_hash,
-                plan,
-                res.group_metrics_of(graph, plan, hw_cache[row.hw_hash]),
-            )
-        )
+        metrics = known.get((row.plan_hash, row.hw_hash))
+        if metrics is None or len(metrics) != len(plan.groups):
+            metrics = res.group_metrics_of(graph, plan, hw_cache[row.hw_hash])
+        items.append((row.plan_hash, row.hw_hash, plan, metrics))
     return res.groups_frame(items, graph, study)
 
 

@@ -64,13 +64,22 @@ def trials_frame(
     ctx: RowContext,
     source: str = "search",
     hw_role: str = "trial",
+    row_cache: dict[tuple[int, str], dict[str, Any]] | None = None,
 ) -> pd.DataFrame:
     """One row per record. ``source`` is ``search`` or the baseline's name; ``hw_role`` says
-    whose hardware the row used (``trial``, ``base`` or ``best``; module docstring)."""
+    whose hardware the row used (``trial``, ``base`` or ``best``; module docstring).
+
+    ``row_cache``: rows already built for stored records, by (trial number, uid); a search
+    rewriting its table at every checkpoint builds each row once (decoding a plan's JSON
+    costs more than writing the row)."""
     import pandas as pd
 
     rows = []
     for r in records:
+        key = (r.trial, r.uid)
+        if row_cache is not None and r.uid and key in row_cache:
+            rows.append(row_cache[key])
+            continue
         row: dict[str, Any] = {
             "study": ctx.study,
             "trial": r.trial,
@@ -105,6 +114,8 @@ def trials_frame(
         for k, v in _knobs(r.hw_json).items():
             row[f"hw.{k}"] = v
         rows.append(row)
+        if row_cache is not None and r.uid:
+            row_cache[key] = row
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame["verify_error"] = float("nan")

@@ -13,15 +13,26 @@ NSGA2_POPULATION = 20
 """NSGA-II population: small enough for several generations within a few hundred trials."""
 
 
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int | None, parallel: bool = False
+) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for a name of :data:`fusiontune.search.space.SAMPLERS`.
 
     Constraints reach every sampler through ``trial.set_constraint`` (Optuna 5).
+
+    ``parallel``: several trials may be in flight at once (the driver asks a new trial while
+    others are evaluated). TPE then uses the constant liar (Optuna 5's
+    ``TPESampler(constant_liar=True)``: running trials count as bad ones, so the next ask
+    moves away from what is already being evaluated); serially it is off, which gives the
+    same suggestions without re-reading the study at every ask. NSGA-II draws each child
+    from the parents of its generation at random and the local sampler never proposes an
+    assignment twice (in flight or finished), so neither needs more; random samplers draw
+    independently anyway.
     """
     import optuna
 
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=parallel)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
@@ -31,7 +42,11 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name in ("local", "local-tpe"):
         from fusiontune.search.samplers import LocalSearchSampler
 
-        knobs = optuna.samplers.TPESampler(seed=seed) if name == "local-tpe" else None
+        knobs = (
+            optuna.samplers.TPESampler(seed=seed, constant_liar=parallel)
+            if name == "local-tpe"
+            else None
+        )
         return LocalSearchSampler(seed=seed, independent_sampler=knobs)
     from fusiontune.search.space import SAMPLERS
 

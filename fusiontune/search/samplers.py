@@ -104,6 +104,15 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         self._looked: set[Move] = set()  # moves that did not improve ("don't look" bits)
         self._position: dict[str, int] = {}
         self._random_proposals = 0
+        self._ranking: tuple[int, int, list[FrozenTrial]] | None = None  # (study, n, ranked)
+
+    def _ranked(self, study: Study) -> list[FrozenTrial]:
+        """:func:`_ranked`, remembered until another trial completes (an ask ranks twice:
+        search space, then sample; a completed trial never changes)."""
+        n = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        if self._ranking is None or self._ranking[:2] != (id(study), n):
+            self._ranking = (id(study), n, _ranked(study))
+        return self._ranking[2]
 
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
@@ -112,7 +121,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
     def infer_relative_search_space(
         self, study: Study, trial: FrozenTrial
     ) -> dict[str, BaseDistribution]:
-        ranked = _ranked(study)
+        ranked = self._ranked(study)
         if not ranked:
             return {}
         return {
@@ -124,7 +133,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> Params:
-        ranked = _ranked(study)
+        ranked = self._ranked(study)
         best = ranked[0] if ranked else None
         names = [] if best is None else _local_names(best, search_space)
         out = {

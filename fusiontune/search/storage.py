@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import signal
 import threading
@@ -88,9 +87,16 @@ class TrialRecord:
     (``status``, ``proven``, ``gap``, ``value``, ``solve_s``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["violations"] = list(self.violations)
-        data["values"] = list(self.values)
+        """The record as JSON-able data (every field; containers copied: their items are
+        plain numbers and strings, so a shallow copy is a full one)."""
+        data: dict[str, Any] = {}
+        for name in _RECORD_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            data[name] = value
         return data
 
     @classmethod
@@ -100,6 +106,9 @@ class TrialRecord:
         data["violations"] = tuple(data.get("violations", ()))
         data["values"] = tuple(data.get("values", ()))
         return cls(**data)
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 
 
 # ---- where the study lives --------------------------------------------------------------------
@@ -303,6 +312,10 @@ class StudyStore:
         self._check_uids = False  # a flush failed: look for records it may have committed
         self._lock = lock
         self._last_flush_s = time.monotonic()
+        self._scanned = 0  # mirror trials before this index are all stored
+        # what this driver stored, by storage number (None: unknown, read the storage); a
+        # study only this driver writes (SQLite, locked) needs no read-back at checkpoints
+        self._stored: list[TrialRecord] | None = None
 
     def add(self, record: TrialRecord) -> None:
         """Note a finished trial (already told to :attr:`memory`); flush when it is time."""
@@ -322,29 +335,31 @@ class StudyStore:
         each trial as this driver did: a trial's number in the tables, in the record and in
         Optuna is the same (for one driver; several drivers sharing a study interleave).
 
+        A database study (SQLite, PostgreSQL) takes the whole batch in one transaction: a
+        flush commits all of its trials or none, at the cost of one commit, not one per
+        trial. Other storages take one trial at a time.
+
         Reading the mirror, not a queue, means a Ctrl-C anywhere between telling a trial and
-        queueing it cannot lose it. Trials are stored one at a time with Ctrl-C deferred, so an
-        interrupted flush leaves the rest for the next one and never stores a trial twice; a
-        failed write (disk full, server gone) is re-checked by record id before the next one.
+        queueing it cannot lose it. Each write runs with Ctrl-C deferred, so an interrupted
+        flush leaves the rest for the next one and never stores a trial twice; a failed
+        write (disk full, server gone) is re-checked by record id before the next one.
 
         Raises:
             StorageError: the storage refused a write; names the storage and the reason.
         """
-        new = [r for r in self.records() if r.trial not in self._number]
-        if not final:
-            new = [r for r in new if r.trial < self._first_running()]
+        new = self._unstored(final)
         if new:
             try:
                 if self._check_uids:
                     self._adopt_committed()
                     new = [r for r in new if r.trial not in self._number]
-                for record in new:
-                    self._store(record)
+                self._store(new)
                 self._check_uids = False
             except (KeyboardInterrupt, StorageError):
                 raise
             except Exception as exc:
                 self._check_uids = True
+                self._stored = None  # what was committed is known only to the storage now
                 raise StorageError(
                     f"cannot store finished trials in {self.spec.label} ({_reason(exc)}); "
                     "the trials stored so far are safe: fix the cause (free disk space, "
@@ -354,25 +369,68 @@ class StudyStore:
                 self.on_flush()
         self._last_flush_s = time.monotonic()
 
-    def _first_running(self) -> float:
-        """Provisional number of the first trial asked but not finished (inf: none)."""
+    def _unstored(self, final: bool) -> list[TrialRecord]:
+        """Records of the mirror's finished trials not stored yet, by trial number: up to the
+        first trial still running, or all of them (``final``). Trials before
+        :attr:`_scanned` are all stored: a flush reads only the trials after them."""
         from optuna.trial import TrialState
 
-        running = self.memory.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return min((t.number + self.number_offset for t in running), default=math.inf)
+        trials = self.memory.get_trials(deepcopy=False)
+        new: list[TrialRecord] = []
+        prefix = True  # every trial so far is stored (the scan may start after them)
+        for index in range(self._scanned, len(trials)):
+            t = trials[index]
+            if not t.state.is_finished():
+                if t.state == TrialState.RUNNING and not final:
+                    break
+                prefix = False  # enqueued (WAITING), or running in a final flush
+                continue
+            data = t.user_attrs.get(RECORD_ATTR)
+            record = TrialRecord.from_dict(data) if data is not None else None
+            if record is not None and record.trial not in self._number:
+                new.append(record)
+            elif prefix:
+                self._scanned = index + 1
+        return new
 
-    def _store(self, record: TrialRecord) -> None:
+    def _store(self, records: list[TrialRecord]) -> None:
+        """Store ``records`` (in order) and note the storage's number of each."""
         storage, study_id = self.persistent._storage, self.persistent._study_id
-        dup = record.duplicate_of
-        stored = dataclasses.replace(
-            record,
-            uid=record.uid or self.uid(record.trial),
-            duplicate_of=self._number.get(dup, dup),
-        )
-        with deferred_interrupt():
-            template = _stored_trial(stored, self.param_dists)
-            trial_id = storage.create_new_trial(study_id, template_trial=template)
-            self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
+
+        done: dict[int, TrialRecord] = {}  # provisional number -> record as stored
+
+        def template(record: TrialRecord, numbers: dict[int, int]) -> optuna.trial.FrozenTrial:
+            dup = record.duplicate_of  # the original's stored number (maybe in this batch)
+            stored = done[record.trial] = dataclasses.replace(
+                record,
+                uid=record.uid or self.uid(record.trial),
+                duplicate_of=numbers.get(dup, self._number.get(dup, dup)),
+            )
+            return _stored_trial(stored, self.param_dists)
+
+        def templates(first: int) -> list[optuna.trial.FrozenTrial]:
+            batch = {r.trial: first + i for i, r in enumerate(records)}
+            return [template(r, batch) for r in records]
+
+        rdb = _rdb_of(storage)
+        if rdb is not None:
+            with deferred_interrupt():
+                numbers = insert_trials(rdb, study_id, templates)
+                self._number.update(zip((r.trial for r in records), numbers))
+                self._note_stored(done)
+            return
+        for record in records:
+            with deferred_interrupt():
+                trial_id = storage.create_new_trial(study_id, template_trial=template(record, {}))
+                self._number[record.trial] = storage.get_trial_number_from_id(trial_id)
+                self._note_stored(done)
+
+    def _note_stored(self, done: dict[int, TrialRecord]) -> None:
+        """Add the records just stored, numbered by the storage, to :attr:`_stored`."""
+        if self._stored is not None:
+            for provisional, record in done.items():
+                self._stored.append(dataclasses.replace(record, trial=self._number[provisional]))
+        done.clear()
 
     def _adopt_committed(self) -> None:
         """Map records a failed flush committed after all (found by their uid)."""
@@ -388,7 +446,12 @@ class StudyStore:
         return study_records(self.memory)
 
     def stored_records(self) -> list[TrialRecord]:
-        """Every stored trial of the study, of every driver, by the storage's trial number."""
+        """Every stored trial of the study, of every driver, by the storage's trial number.
+
+        A SQLite study this driver holds the lock of has no other writer: its records are
+        the ones this driver stored (kept as they were written), not read back."""
+        if self._lock is not None and self._stored is not None and not self._check_uids:
+            return sorted(self._stored, key=lambda r: r.trial)
         try:
             return study_records(self.persistent, stored=True)
         except Exception as exc:
@@ -444,12 +507,18 @@ def open_study(
     start_from_greedy: bool = True,
     flush_interval_s: float = FLUSH_INTERVAL_S,
     before_create: Callable[[], None] | None = None,
+    parallel: bool = False,
+    before_write: Callable[[], None] | None = None,
 ) -> StudyStore:
     """Create the study, or load it with ``resume``: trials left RUNNING are failed and the
     finished ones replayed into the in-memory mirror the sampler works on. A new study's
     first trials are the greedy and TVM-like plans unless ``start_from_greedy`` is false.
-    ``before_create`` runs once the request is known to be valid and before anything is
-    written (the API starts its backend there, so a failing backend leaves no empty study).
+    ``before_create`` runs once the request is known to be valid, ``before_write`` right
+    before the first write, after the start plans are computed or the stored trials replayed
+    (the API starts its backend in the background at the first and waits for it at the
+    second, so a failing backend leaves no empty study).
+    ``parallel``: the backend keeps several trials in flight (the sampler is told so:
+    :func:`~fusiontune.search.sampler_factory.make_sampler`).
 
     Raises:
         StorageError: the storage cannot be opened; the study exists and ``resume`` is false,
@@ -464,7 +533,16 @@ def open_study(
     lock = _WriterLock(spec.lock_path, spec.label) if spec.lock_path is not None else None
     try:
         store = _open(
-            name, spec, problem, seed, resume, start_from_greedy, flush_interval_s, before_create
+            name,
+            spec,
+            problem,
+            seed,
+            resume,
+            start_from_greedy,
+            flush_interval_s,
+            before_create,
+            parallel,
+            before_write,
         )
     except BaseException:
         if lock is not None:
@@ -483,10 +561,15 @@ def _open(
     start_from_greedy: bool,
     flush_interval_s: float,
     before_create: Callable[[], None] | None,
+    parallel: bool = False,
+    before_write: Callable[[], None] | None = None,
 ) -> StudyStore:
     import optuna
     from optuna.trial import TrialState
 
+    if before_create is not None and not resume and _is_new_sqlite(spec):
+        before_create()  # no file, no study: the request is valid; start before connecting
+        before_create = None
     storage = _connect(spec)
     existing = optuna.get_all_study_names(storage=storage)
     if name in existing and not resume:
@@ -500,7 +583,7 @@ def _open(
             "continue; leave out --resume to start it, or check --study, --out and --storage"
         )
     memory = optuna.create_study(
-        sampler=make_sampler(problem.space.sampler, seed), directions=problem.directions
+        sampler=make_sampler(problem.space.sampler, seed, parallel), directions=problem.directions
     )
     sampler = optuna.samplers.RandomSampler(seed=seed)  # never asked: the mirror samples
     identity = problem.identity()
@@ -509,6 +592,9 @@ def _open(
     if name not in existing:
         if before_create is not None:
             before_create()
+        starts = problem.start_params() if start_from_greedy else []
+        if before_write is not None:
+            before_write()
         try:
             persistent = optuna.create_study(
                 storage=storage, sampler=sampler, study_name=name, directions=problem.directions
@@ -525,25 +611,110 @@ def _open(
             raise StorageError(
                 f"study '{name}' cannot be created in {spec.label} ({_reason(exc)})"
             ) from exc
-        if start_from_greedy:
-            for params in problem.start_params():
-                memory.enqueue_trial(params)
-        return StudyStore(
+        for params in starts:
+            memory.enqueue_trial(params)
+        store = StudyStore(
             persistent, memory, 0, flush_interval_s, spec=spec, param_dists=knob_dists
         )
+        store._stored = []
+        return store
     persistent = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
     _check_identity(name, spec, persistent.user_attrs.get(IDENTITY_ATTR), identity)
     if before_create is not None:
         before_create()
-    for t in persistent.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        persistent.tell(t.number, state=TrialState.FAIL)
     old = study_records(persistent, stored=True)
     memory.add_trials([_mirrored_trial(r, problem) for r in old])
+    if before_write is not None:
+        before_write()
+    for t in persistent.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        persistent.tell(t.number, state=TrialState.FAIL)
     offset = len(persistent.get_trials(deepcopy=False)) - len(old)
     stored = {r.trial for r in old}
-    return StudyStore(
+    store = StudyStore(
         persistent, memory, offset, flush_interval_s, stored, spec=spec, param_dists=knob_dists
     )
+    store._stored = list(old)
+    return store
+
+
+def _is_new_sqlite(spec: StorageSpec) -> bool:
+    """Whether ``spec`` is a SQLite file that does not exist yet (so holds no study; opening
+    it creates Optuna's tables, most of a second)."""
+    target = spec.target
+    if not isinstance(target, str) or not target.startswith("sqlite:///"):
+        return False
+    path = target[len("sqlite:///") :]
+    return path != ":memory:" and not Path(path).exists()
+
+
+def _rdb_of(storage: Any) -> Any:
+    """The Optuna ``RDBStorage`` behind ``storage`` (SQLite, PostgreSQL); ``None`` for other
+    storages (journal files: one trial at a time through the public API)."""
+    from optuna.storages import RDBStorage
+
+    rdb = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a cache
+    return rdb if isinstance(rdb, RDBStorage) else None
+
+
+def insert_trials(
+    rdb: Any, study_id: int, templates: Callable[[int], list[optuna.trial.FrozenTrial]]
+) -> list[int]:
+    """Store finished trials in ONE database transaction, numbered after the study's trials;
+    returns their numbers. ``templates(first)`` gives the trials (state, values, params,
+    attributes) once the number of the first is known (a record names its original by
+    number, and the original may be in the same batch).
+
+    What ``RDBStorage.create_new_trial(study_id, template_trial=...)`` writes for one trial,
+    with Optuna's own table models, for a whole flush: that call costs a commit (an fsync on
+    SQLite) and a dozen ORM round trips per trial, ~20-30 ms; here a flush pays one commit
+    and batched inserts. The study row is locked first (``FOR UPDATE``, as Optuna does), so
+    numbers are unique across drivers; every trial is committed or none (rollback).
+    """
+    import json
+
+    from optuna.distributions import distribution_to_json
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+    from sqlalchemy import func
+
+    value_repr = models.TrialValueModel.value_to_stored_repr
+    with _create_scoped_session(rdb.scoped_session) as session:
+        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+        first = (
+            session.query(func.count(models.TrialModel.trial_id))
+            .filter(models.TrialModel.study_id == study_id)
+            .scalar()
+        )
+        numbers = []
+        for i, t in enumerate(templates(first)):
+            trial = models.TrialModel(study_id=study_id, number=first + i, state=t.state)
+            trial.datetime_start = t.datetime_start
+            trial.datetime_complete = t.datetime_complete
+            for objective, value in enumerate(t.values or ()):
+                stored, kind = value_repr(value)
+                trial.values.append(
+                    models.TrialValueModel(objective=objective, value=stored, value_type=kind)
+                )
+            for name, value in t.params.items():
+                dist = t.distributions[name]
+                trial.params.append(
+                    models.TrialParamModel(
+                        param_name=name,
+                        param_value=dist.to_internal_repr(value),
+                        distribution_json=distribution_to_json(dist),
+                    )
+                )
+            for key, value in t.user_attrs.items():
+                trial.user_attributes.append(
+                    models.TrialUserAttributeModel(key=key, value_json=json.dumps(value))
+                )
+            for key, value in t.system_attrs.items():
+                trial.system_attributes.append(
+                    models.TrialSystemAttributeModel(key=key, value_json=json.dumps(value))
+                )
+            session.add(trial)
+            numbers.append(first + i)
+        return numbers
 
 
 def study_attrs(problem: Problem) -> dict[str, Any]:
