@@ -387,17 +387,14 @@ TASK_DESIGNS = 12
 """Co-design points solved in-process and on one Ray worker for the per-task table."""
 
 
-def _solve_designs(graph_box: list[Any], tasks: list[EvalTask], cold: bool) -> list[Any]:
-    """Ray task body (pickled by value): solve ``tasks`` on this worker, cold (caches cleared
-    first) or warm; returns each evaluation's seconds and its outcome's pickled bytes."""
+def _solve_designs(graph_box: list[Any], tasks: list[EvalTask]) -> list[Any]:
+    """Ray task body (pickled by value): solve ``tasks`` on this worker; returns each
+    evaluation's seconds and its outcome's pickled bytes."""
     from ray import cloudpickle
 
     from fusiontune.search.backends import _worker_graph, evaluate_one
-    from fusiontune.sim.cost import clear_cache as clear
 
     graph = _worker_graph(graph_box[0])
-    if cold:
-        clear()
     out = []
     for task in tasks:
         outcome = evaluate_one(graph, task)
@@ -427,10 +424,10 @@ def task_overheads(graph: Graph, n_designs: int = TASK_DESIGNS) -> list[dict[str
     """The per-task table: what one co-design task costs through Ray beyond its solve.
 
     On a private local Ray with 1 CPU: the round trip of an empty task; the warm-up of a fresh
-    worker (imports, graph fetch, static tables); the same ``n_designs`` solved in-process and
-    in the worker, cold (caches cleared) and warm, in alternation, twice; the wall of one solve
-    task at a time minus its solve (submit, schedule, return); the driver's CPU per task; the
-    pickled sizes of a task and of its outcome.
+    worker (imports, graph fetch, static tables); ``n_designs`` designs each solved in-process
+    and in the worker, alternating (new to both processes, then once more); the wall of one
+    solve task at a time minus its solve (submit, schedule, return); the driver's CPU per
+    task; the pickled sizes of a task and of its outcome.
     """
     import ray
     from ray import cloudpickle
@@ -469,36 +466,37 @@ def task_overheads(graph: Graph, n_designs: int = TASK_DESIGNS) -> list[dict[str
         noop_task_seconds(1, n0)
         row("driver CPU per empty task", 1e3 * (time.process_time() - cpu0) / n0, "ms")
         solve = ray.remote(num_cpus=1, max_retries=0)(_solve_designs)
-        ratios: dict[str, list[float]] = {"cold": [], "warm": []}
-        local: dict[str, list[float]] = {"cold": [], "warm": []}
-        remote: dict[str, list[float]] = {"cold": [], "warm": []}
+        ratios: dict[str, list[float]] = {"new": [], "again": []}
+        local: dict[str, list[float]] = {"new": [], "again": []}
+        remote: dict[str, list[float]] = {"new": [], "again": []}
         sizes: list[int] = []
-        for _ in range(2):
-            for cache in ("cold", "warm"):
-                if cache == "cold":
-                    clear_cache()
-                here = [evaluate_one(graph, t).eval_s for t in tasks]
-                there = ray.get(solve.remote([graph_ref], tasks, cache == "cold"))
-                local[cache] += here
-                remote[cache] += [e for e, _ in there]
-                sizes += [b for _, b in there]
-                ratios[cache].append(sum(e for e, _ in there) / sum(here))
-        for cache in ("cold", "warm"):
+        # design by design, in-process then in the worker, so a pair shares the machine's
+        # load; both processes have solved the same designs before (same cache state)
+        for task in tasks:
+            for cache in ("new", "again"):
+                here = evaluate_one(graph, task).eval_s
+                ((there, size),) = ray.get(solve.remote([graph_ref], [task]))
+                local[cache].append(here)
+                remote[cache].append(there)
+                sizes.append(size)
+                ratios[cache].append(there / here)
+        for cache, label in (("new", "a design new to the process"), ("again", "solved again")):
             row(
-                f"one solve in-process, {cache} caches (median)",
+                f"one solve in-process, {label} (median)",
                 1e3 * float(np.median(local[cache])),
                 "ms",
             )
             row(
-                f"one solve in a Ray worker, {cache} caches (median)",
+                f"one solve in a Ray worker, {label} (median)",
                 1e3 * float(np.median(remote[cache])),
                 "ms",
             )
             row(
-                f"worker / in-process solve seconds, {cache} (2 alternated passes)",
-                float(np.mean(ratios[cache])),
+                f"worker / in-process solve seconds, {label} (median of {len(tasks)} pairs)",
+                float(np.median(ratios[cache])),
                 "x",
-                ", ".join(f"{r:.2f}" for r in ratios[cache]),
+                f"quartiles {np.percentile(ratios[cache], 25):.2f}-"
+                f"{np.percentile(ratios[cache], 75):.2f}",
             )
         one = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate_probe)
         gaps = []
