@@ -236,11 +236,20 @@ def codesign_run(
     records: list[Any] = []
     marks: dict[str, float] = {}
 
+    cpu: dict[int, list[float]] = {}  # worker pid -> CPU seconds at its first and last tell
+    solving: dict[int, list[float]] = {}  # worker pid -> its evaluations' seconds
+
     def on_record(record: Any) -> None:
         records.append(record)
         marks["end"] = time.perf_counter()
         marks.setdefault("first", marks["end"])
         marks["end_cpu"] = time.process_time()
+        if backend != "serial" and record.duplicate_of < 0 and ":" in record.worker:
+            pid = int(record.worker.rsplit(":", 1)[1])
+            seconds = process_cpu_s(pid)
+            if seconds is not None:
+                cpu.setdefault(pid, [seconds, seconds])[1] = seconds
+                solving.setdefault(pid, []).append(record.eval_s)
 
     def on_start(n: int) -> None:
         marks.setdefault("start", time.perf_counter())
@@ -266,6 +275,10 @@ def codesign_run(
     per_worker: dict[str, float] = {}
     for r in evaluated:
         per_worker[r.worker] = per_worker.get(r.worker, 0.0) + r.eval_s
+    # CPU a worker got while solving, over the wall its solves took (its first solve, which
+    # the first reading closes, left out): 1.0 = a core of its own; less = it waited for one
+    worker_cpu = sum(last - first for first, last in cpu.values())
+    worker_wall = sum(sum(times[1:]) for times in solving.values())
     # the serial driver evaluates in its own process: its CPU is not the driver's alone
     driver_cpu = marks["end_cpu"] - marks["start_cpu"] if backend != "serial" else math.nan
     return {
@@ -282,10 +295,20 @@ def codesign_run(
         "other_s_per_trial": (wall - eval_s / workers) / len(records),
         "driver_cpu_s_per_trial": driver_cpu / len(records),
         "utilisation": eval_s / (workers * wall),
+        "worker_cpu_share": worker_cpu / worker_wall if worker_wall > 0 else math.nan,
         "busiest_worker_share": max(per_worker.values()) / eval_s if eval_s else float("nan"),
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
     }
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used (``/proc``; ``None`` when gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 CODESIGN_REPEATS = 3
@@ -359,9 +382,11 @@ def codesign_notes(rows: Sequence[dict[str, Any]]) -> list[str]:
         f"% of the solving); one solve takes {1e3 * solve1:.0f} ms with 1 worker, "
         f"{1e3 * solve2:.0f} ms with 2 and {1e3 * solve_serial:.0f} ms in-process, so "
         f"2 x {util2 / util1:.2f} x {solve1 / solve2:.2f} = "
-        f"{2 * (util2 / util1) * (solve1 / solve2):.2f}. A solve slower with 2 workers than with "
-        "1 means the two workers did not get a core each: the driver, Ray's own processes "
-        "and, here, other jobs share the 2 cores.",
+        f"{2 * (util2 / util1) * (solve1 / solve2):.2f}. While solving, a worker process was "
+        f"on a CPU {100 * median('ray', 1, 'worker_cpu_share'):.0f}% of the time with 1 worker "
+        f"and {100 * median('ray', 2, 'worker_cpu_share'):.0f}% with 2 (/proc CPU time over "
+        "solve wall time): a solve slower with 2 workers is time spent waiting for a core "
+        "(the driver, Ray's own processes and other jobs share the 2 cores), not Ray work.",
     ]
     if loads:
         lines.append(
