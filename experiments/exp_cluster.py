@@ -187,7 +187,7 @@ def _group_alive(pgid: int) -> bool:
 
 
 def run_search(address: str, out: Path, storage: str, trials: int) -> tuple[float, str]:
-    """``fusiontune search`` joining the cluster; (wall seconds, its output)."""
+    """``fusiontune search`` joining the cluster; (wall seconds, what it printed on stdout)."""
     cmd = [
         sys.executable, "-m", "fusiontune.cli.main", "search", MODEL,
         "--space", str(SPACE), "--address", address, "--workers", str(WORKER_NODES),
@@ -198,10 +198,10 @@ def run_search(address: str, out: Path, storage: str, trials: int) -> tuple[floa
         cmd, capture_output=True, text=True, env=ray_env(), timeout=SEARCH_TIMEOUT_S, cwd=REPO
     )
     wall = time.perf_counter() - start
-    output = done.stdout + done.stderr
     if done.returncode != 0:
+        output = done.stdout + done.stderr
         raise RuntimeError(f"fusiontune search failed ({done.returncode}):\n{output[-3000:]}")
-    return wall, output
+    return wall, done.stdout  # the summary; progress and Ray's lines go to stderr
 
 
 def check_results(out: Path, storage: str, nodes: list[Node], trials: int) -> dict[str, Any]:
@@ -285,9 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"check": k, "value": json.dumps(v) if isinstance(v, dict) else v}
             for k, v in {**timings, **checks, "all_checks_passed": ok}.items()]  # fmt: skip
     print_rows("Cluster path end to end", rows)
-    lines = [line for line in output.splitlines() if line.strip()]
-    progress = [i for i, line in enumerate(lines) if line.startswith("search:")]
-    tail = lines[progress[-1] + 1 :] if progress else lines[-12:]  # the CLI's summary
+    tail = [line.strip() for line in output.splitlines() if line.strip()]
     notes = [
         f"One head (`ray start --head --num-cpus=0`) and {WORKER_NODES} worker nodes "
         "(`ray start --address=HEAD --num-cpus=1`), each with its own temp dir, node name and "
