@@ -288,6 +288,29 @@ def test_scale_serial_passes_and_projection() -> None:
     assert "1.00x as fast" in notes[0]
 
 
+def test_scale_codesign_notes_decompose_the_speedup() -> None:
+    """wall1 / wall2 = 2 x (U2 / U1) x (E1 / E2): the notes' factors multiply to the speed-up,
+    and a speed-up under the target says so."""
+    exp = _load("exp_scale")
+
+    def run(backend: str, workers: int, wall: float, eval_s: float, steady: float) -> dict:
+        n = 10
+        return {"backend": backend, "workers": workers, "trials": n, "evaluations": n,
+                "wall_s": wall, "trials_per_s": n / wall, "eval_s_total": eval_s,
+                "eval_s_per_evaluation": eval_s / n, "utilisation": eval_s / (workers * wall),
+                "busiest_worker_share": 0.5, "driver_cpu_s_per_trial": 0.02,
+                "steady_trials_per_s": steady, "worker_cpu_share": 0.9,
+                "load_before": 0.5, "load_after": 0.7}  # fmt: skip
+
+    notes = exp.codesign_notes([run("serial", 1, 9.0, 7.0, 1.2), run("ray", 1, 10.0, 8.0, 1.0),
+                                run("ray", 2, 6.0, 9.0, 1.9)])  # fmt: skip
+    assert "1.67x as fast" in notes[0] and "below the 1.8x target" in notes[0]
+    assert "steady state" in notes[0] and "1.90x (1.90): meets the 1.8x target" in notes[0]
+    assert "2 x 0.94 x 0.89 = 1.67" in notes[1] and "on a CPU 90% of the time" in notes[1]
+    assert "0.5 to 0.7" in notes[2]
+    assert "20.0 ms of driver CPU per trial" in notes[3]
+
+
 # ---- exp_sweep ----------------------------------------------------------------------------
 def test_sweep_analyses_a_cached_export_without_torch(tmp_path: Path) -> None:
     """A corpus file stands in for a cached export: every analysis step runs in its child

@@ -60,3 +60,30 @@ def test_dead_task_becomes_failed_outcomes(ray_local: None) -> None:
     serial.start(graph)
     serial.submit(good)
     assert serial.wait()[0].metrics == by_trial[0].metrics
+
+
+def test_search_joins_a_running_cluster_by_address(ray_local: None, tmp_path: Path) -> None:
+    """``address`` (``--address``) joins the Ray that runs: its CPUs are the workers, every
+    worker slot is warmed (graph fetched on the worker) and the trials run there; closing the
+    backend leaves that Ray running (the search did not start it)."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    result = search("mlp_relu", address=address, trials=12, seed=0, out=tmp_path, study="joined")
+    rows = result.trials[result.trials["source"] == "search"]
+    assert len(rows) == 12 and (rows["state"] == "COMPLETE").all()
+    workers = set(rows["worker"]) - {"cache"}
+    assert workers and all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers)
+    assert ray.is_initialized()
+    backend = RayBackend(address=address)
+    from fusiontune.frontend.loader import load_model
+
+    backend.start(load_model("mlp_relu"))
+    try:
+        assert backend.workers == int(ray.cluster_resources()["CPU"])
+        reports = ray.get(backend.warm_ups)
+        assert len(reports) == backend.workers
+        assert all(r["fetch_s"] >= 0 and r["worker"].count(":") == 1 for r in reports)
+    finally:
+        backend.close()
+    assert ray.is_initialized()
