@@ -31,6 +31,11 @@ plan.
   theirs, and the judgement only grows with the hull), so the charge is at least the
   per-tensor one.
 
+- Weight re-reads (:func:`_reload_bound`): with weights loaded per inference and
+  ``hw.weight_reload``, a convolution whose matrix alone overflows the crossbars is in a
+  group with no other matrix in every feasible plan and pays its tiling's re-reads, at least
+  as many as the fewest activation reads such a group can have.
+
 A group of one op never needs the buffer: when it does not fit one row at a time it runs
 tiled through DRAM (:mod:`fusiontune.sim.tiling`), writing each output once and reading each
 input at least once (a tiled schedule only re-reads: halos, operands, a second statistics
@@ -50,7 +55,7 @@ from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.lattice import _static
 from fusiontune.planner.plan import Mode
 from fusiontune.sim.capacity import cascade_elems
-from fusiontune.sim.groupmodel import GroupModel, group_model
+from fusiontune.sim.groupmodel import GroupModel, _weight_reload, group_model
 from fusiontune.sim.hardware import HardwareConfig
 
 
@@ -94,8 +99,61 @@ def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache, internal)
     total = total_elems * hw.act_bytes
     if not hw.weights_resident:
-        total += _min_weight_bytes(graph, hw)
+        total += _min_weight_bytes(graph, hw) + _reload_bound(model)
     return total
+
+
+def _reload_bound(model: GroupModel) -> int:
+    """Weight and input re-reads every plan pays for its oversized convolutions (bytes).
+
+    With ``hw.weight_reload`` and weights loaded per inference, a group of one matrix that
+    needs more than ``n_crossbars`` crossbars runs tiled and re-reads weights and inputs
+    (:func:`~fusiontune.sim.groupmodel._weight_reload`, a function of the matrix and of the
+    group's activation reads that never decreases as the reads grow). A LINEAR op ``v`` that
+    is not FC-like cannot be merged (P3), and a second matrix in its group would add
+    crossbars to an already over-full chip, so in every feasible plan ``v``'s group has ``v``'s
+    matrix alone and pays this tiling; distinct such ops sit in distinct groups, so their
+    re-reads add up. The group's reads are bounded below by :func:`_least_reads` of ``v``'s
+    inputs. The rest of the bound counts activations once and weights once, never these
+    re-reads.
+    """
+    hw = model.hw
+    if not hw.weight_reload or hw.weights_resident:
+        return 0
+    st = model.st
+    static = _static(model.graph)
+    least = _least_reads(model, static.opaque)
+    total = 0
+    for v, matrix in enumerate(st.matrix):
+        lin = model.lin.get(v)
+        if matrix is None or lin is None or st.cls[v] is not OpClass.LINEAR:
+            continue
+        if static.fc_like >> v & 1 or lin.crossbars <= hw.n_crossbars:
+            continue
+        reads = max((least[t] for t in st.acts[v]), default=0)
+        weights, inputs, _ = _weight_reload(matrix, hw, reads * hw.act_bytes, lin.crossbars)
+        total += weights + inputs
+    return total
+
+
+def _least_reads(model: GroupModel, opaque: int) -> list[int]:
+    """Per tensor, the fewest elements a group without a second matrix reads to have it:
+    the tensor itself, or, when its producer could join (not LINEAR, not OPAQUE), what it
+    takes to have the producer's inputs (each needs its own reads, so the largest of them
+    bounds all of them together). Ops are indexed in topological order."""
+    st = model.st
+    least = list(st.numel)
+    made: list[list[int]] = [[] for _ in st.acts]
+    for t, p in enumerate(st.producer):
+        if p >= 0:
+            made[p].append(t)
+    for p, outs in enumerate(made):
+        if st.cls[p] is OpClass.LINEAR or opaque >> p & 1:
+            continue
+        inner = max((least[u] for u in st.acts[p]), default=0)
+        for t in outs:
+            least[t] = min(least[t], inner)
+    return least
 
 
 def _possible(
