@@ -66,12 +66,11 @@ def baseline_bound(rev: str) -> Bound:
 
 
 def default_rev() -> str:
-    """The commit where this branch left ``main``."""
+    """The commit where this branch left ``main`` (``HEAD`` without a ``main`` branch)."""
     out = subprocess.run(
-        ["git", "merge-base", "HEAD", "main"], cwd=REPO, check=True, capture_output=True,
-        text=True,
-    )  # fmt: skip
-    return out.stdout.strip()[:12]
+        ["git", "merge-base", "HEAD", "main"], cwd=REPO, capture_output=True, text=True
+    )
+    return out.stdout.strip()[:12] if out.returncode == 0 else "HEAD"
 
 
 def hull_exact_bound(graph: Graph, hw: HardwareConfig) -> int:
@@ -170,15 +169,27 @@ def notes(rev: str, zoo: list[dict[str, Any]], sweep: list[dict[str, Any]]) -> l
     return [
         f"baseline: capacity_bound at revision {rev}; bound: this tree's. Every row: "
         "baseline <= bound <= optimum (the experiment asserts it).",
+        "What changed: (1) skip connections whose two ends lie on the longest path are priced "
+        "by the path's segmentation (written once, read by every later segment holding a "
+        "reader) instead of once on their own; (2) with weights loaded per inference and "
+        "weight_reload (zigzag_aimc), the weight and input re-reads of every convolution "
+        "whose matrix alone overflows the crossbars, from the fewest activation reads its "
+        "group can have.",
         f"the bound changed on {len(changed)} of {len(zoo) + len(sweep)} rows and is lower "
         f"than the baseline on {len(lower)}.",
-        "worst optimum / bound, zoo: before " + _worst(zoo, "optimum_over_baseline")
-        + ", after " + _worst(zoo, "optimum_over_bound") + "; with the hull's measured peak "
+        "worst optimum / bound, zoo: before "
+        + _worst(zoo, "optimum_over_baseline")
+        + ", after "
+        + _worst(zoo, "optimum_over_bound")
+        + "; with the hull's measured peak "
         "as the capacity test: " + _worst(zoo, "optimum_over_hull_exact") + ".",
         "worst optimum / bound, resnet18 buffer sweep: before "
-        + _worst(sweep, "optimum_over_baseline") + ", after "
-        + _worst(sweep, "optimum_over_bound") + "; hull-exact: "
-        + _worst(sweep, "optimum_over_hull_exact") + ".",
+        + _worst(sweep, "optimum_over_baseline")
+        + ", after "
+        + _worst(sweep, "optimum_over_bound")
+        + "; hull-exact: "
+        + _worst(sweep, "optimum_over_hull_exact")
+        + ".",
         "hull_exact_bytes is a diagnostic, not a bound: the bound's structure with a perfect "
         "capacity test (module docstring). Where optimum / hull_exact stays large, no better "
         "capacity test closes the gap; the per-tensor and single-path structure does not see "
