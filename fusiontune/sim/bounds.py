@@ -53,7 +53,6 @@ from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.lattice import _static
-from fusiontune.planner.plan import Mode
 from fusiontune.sim.capacity import cascade_elems
 from fusiontune.sim.groupmodel import GroupModel, _weight_reload, group_model
 from fusiontune.sim.hardware import HardwareConfig
@@ -170,15 +169,14 @@ def _possible(
         anc |= gi.anc[i]
     hull = members | (desc & anc)
     ok = True
-    if hull & opaque:
+    hw = model.hw
+    room = hw.buffer_bytes // hw.act_bytes  # elements
+    if hull & opaque or _moment_lb(model, hull) > room or _cascade_lb(model, hull) > room:
         ok = False
-    else:
-        totals = model.evaluate(bits(hull), Mode.STREAM, exact_buffer=False)
-        hw = model.hw
-        if max(_moment_lb(model, hull), _cascade_lb(model, hull)) * hw.act_bytes > hw.buffer_bytes:
-            ok = False
-        elif totals.crossbars_needed > hw.n_crossbars and _no_merge(model, hull):
-            ok = hw.weights_resident is False and totals.n_matrices < 2
+    else:  # crossbars of the hull as one stream group: its matrices side by side
+        matrices = [model.lin[i] for i in bits(hull) if i in model.lin]
+        if sum(m.crossbars for m in matrices) > hw.n_crossbars and _no_merge(model, hull):
+            ok = hw.weights_resident is False and len(matrices) < 2
     cache[members] = ok
     return ok
 
