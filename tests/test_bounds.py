@@ -191,3 +191,18 @@ def test_reloads_of_a_lone_oversized_conv_are_charged_exactly() -> None:
     metrics = simulate(graph, unfused_plan(graph), hw)
     assert metrics.feasible and metrics.reload_bytes > 0
     assert capacity_bound(graph, hw) == metrics.traffic_bytes
+
+
+@pytest.mark.parametrize(
+    ("model", "preset"), [("resnet50", "zigzag_aimc"), ("resnet18", "sram_edge")]
+)
+def test_a_time_limited_search_is_certified_by_the_capacity_bound(model: str, preset: str) -> None:
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.sim.hardware import load_hardware
+
+    graph, hw = build_zoo(model), load_hardware(preset)
+    early = optimal_plan(graph, hw, time_limit_s=1e-6)
+    assert early.status == "time_limit" and early.value is not None
+    bound = capacity_bound(graph, hw)
+    assert lower_bound(graph, hw) < bound == early.lower_bound <= early.value
+    assert early.gap == pytest.approx((early.value - bound) / early.value)
