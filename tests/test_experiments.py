@@ -395,3 +395,21 @@ def test_upsampling_streams_beat_barriers_on_the_fpn_neck() -> None:
     row = exp.row("fpn_neck", hw)
     assert row["groups"] == 1 and row["groups_barriers"] > 1
     assert row["optimum_B"] <= row["greedy_B"] < row["optimum_barriers_B"] < row["unfused_B"]
+
+
+# ---- exp_bound ----------------------------------------------------------------------------
+def test_exp_bound_rows_order_the_bounds_and_the_diagnostic() -> None:
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.sim.bounds import capacity_bound
+    from fusiontune.sim.hardware import load_hardware
+
+    exp = _load("exp_bound")
+    baseline = exp.baseline_bound(exp.default_rev())
+    graph = build_zoo("resnet18", input_size=32)
+    for preset in ("sram_edge", "zigzag_aimc"):
+        hw = load_hardware(preset).replace(buffer_bytes=4096)
+        row = exp.case_row(graph, hw, baseline)
+        assert row["proven"]
+        assert row["baseline_bytes"] <= row["bound_bytes"] <= row["optimum_bytes"]
+        assert row["bound_bytes"] <= row["hull_exact_bytes"]  # a stricter capacity test
+        assert row["bound_bytes"] == capacity_bound(graph, hw)  # the diagnostic restored it

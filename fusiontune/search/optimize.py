@@ -252,6 +252,13 @@ class _Search:
     # ---- the search ----------------------------------------------------------------------------
     def run(self) -> OptimalPlan:
         start = time.perf_counter()
+        # a time-limited traffic search certifies its plan against the capacity-aware bound
+        # too (computed first, inside the time limit: it can close the gap the frontier leaves)
+        capacity = 0
+        if self.deadline is not None and self.metric == "traffic_bytes":
+            from fusiontune.sim.bounds import capacity_bound
+
+            capacity = capacity_bound(self.graph, self.hw)
         lat, model = self.lattice, self.model
         full = lat.full
         n_crossbars = self.hw.n_crossbars
@@ -328,7 +335,7 @@ class _Search:
             if self.metric == "traffic_bytes":
                 from fusiontune.sim.cost import lower_bound
 
-                bound = max(bound, lower_bound(self.graph, self.hw))
+                bound = max(bound, lower_bound(self.graph, self.hw), capacity)
         plan: Plan | None = None
         value = None
         if final:

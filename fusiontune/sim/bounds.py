@@ -19,7 +19,22 @@ plan.
   so the path is cut into segments whose hulls could each be in a feasible group; every cut
   path tensor is written and read back. The cheapest such segmentation (a dynamic programme
   over the path) bounds the path's tensors together, which is what makes the bound useful
-  when each tensor alone could stay on chip but not all of them at once.
+  when each tensor alone could stay on chip but not all of them at once. A tensor made and
+  read only by ops of the path (not a graph output: a skip connection whose ends both lie on
+  the path, or a plain path edge) is priced by the segmentation itself: distinct segments
+  belong to distinct groups, so the tensor is written once if a reader lies outside its
+  producer's segment and read once by every other segment holding a reader — exactly what
+  any plan inducing that segmentation pays at least (each group reads a tensor it does not
+  make at least once, a tiled singleton included). Its per-tensor bound needs no separate
+  term: if its producer and readers cannot share a group (OPAQUE, or their hull is judged
+  impossible), no segment the programme forms holds them all (a segment's hull contains
+  theirs, and the judgement only grows with the hull), so the charge is at least the
+  per-tensor one.
+
+- Weight re-reads (:func:`_reload_bound`): with weights loaded per inference and
+  ``hw.weight_reload``, a convolution whose matrix alone overflows the crossbars is in a
+  group with no other matrix in every feasible plan and pays its tiling's re-reads, at least
+  as many as the fewest activation reads such a group can have.
 
 A group of one op never needs the buffer: when it does not fit one row at a time it runs
 tiled through DRAM (:mod:`fusiontune.sim.tiling`), writing each output once and reading each
@@ -38,9 +53,8 @@ from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.lattice import _static
-from fusiontune.planner.plan import Mode
 from fusiontune.sim.capacity import cascade_elems
-from fusiontune.sim.groupmodel import GroupModel, group_model
+from fusiontune.sim.groupmodel import GroupModel, _weight_reload, group_model
 from fusiontune.sim.hardware import HardwareConfig
 
 
@@ -79,12 +93,66 @@ def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
             reads += 1
         written = reads > 0 or st.is_output[t]
         alone[t] = numel * (reads + (1 if written else 0))
-    total_elems = sum(v for t, v in enumerate(alone) if t not in on_path)
-    total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache)
+    internal = _internal_tensors(model, path)
+    total_elems = sum(v for t, v in enumerate(alone) if t not in on_path and t not in internal)
+    total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache, internal)
     total = total_elems * hw.act_bytes
     if not hw.weights_resident:
-        total += _min_weight_bytes(graph, hw)
+        total += _min_weight_bytes(graph, hw) + _reload_bound(model)
     return total
+
+
+def _reload_bound(model: GroupModel) -> int:
+    """Weight and input re-reads every plan pays for its oversized convolutions (bytes).
+
+    With ``hw.weight_reload`` and weights loaded per inference, a group of one matrix that
+    needs more than ``n_crossbars`` crossbars runs tiled and re-reads weights and inputs
+    (:func:`~fusiontune.sim.groupmodel._weight_reload`, a function of the matrix and of the
+    group's activation reads that never decreases as the reads grow). A LINEAR op ``v`` that
+    is not FC-like cannot be merged (P3), and a second matrix in its group would add
+    crossbars to an already over-full chip, so in every feasible plan ``v``'s group has ``v``'s
+    matrix alone and pays this tiling; distinct such ops sit in distinct groups, so their
+    re-reads add up. The group's reads are bounded below by :func:`_least_reads` of ``v``'s
+    inputs. The rest of the bound counts activations once and weights once, never these
+    re-reads.
+    """
+    hw = model.hw
+    if not hw.weight_reload or hw.weights_resident:
+        return 0
+    st = model.st
+    static = _static(model.graph)
+    least = _least_reads(model, static.opaque)
+    total = 0
+    for v, matrix in enumerate(st.matrix):
+        lin = model.lin.get(v)
+        if matrix is None or lin is None or st.cls[v] is not OpClass.LINEAR:
+            continue
+        if static.fc_like >> v & 1 or lin.crossbars <= hw.n_crossbars:
+            continue
+        reads = max((least[t] for t in st.acts[v]), default=0)
+        weights, inputs, _ = _weight_reload(matrix, hw, reads * hw.act_bytes, lin.crossbars)
+        total += weights + inputs
+    return total
+
+
+def _least_reads(model: GroupModel, opaque: int) -> list[int]:
+    """Per tensor, the fewest elements a group without a second matrix reads to have it:
+    the tensor itself, or, when its producer could join (not LINEAR, not OPAQUE), what it
+    takes to have the producer's inputs (each needs its own reads, so the largest of them
+    bounds all of them together). Ops are indexed in topological order."""
+    st = model.st
+    least = list(st.numel)
+    made: list[list[int]] = [[] for _ in st.acts]
+    for t, p in enumerate(st.producer):
+        if p >= 0:
+            made[p].append(t)
+    for p, outs in enumerate(made):
+        if st.cls[p] is OpClass.LINEAR or opaque >> p & 1:
+            continue
+        inner = max((least[u] for u in st.acts[p]), default=0)
+        for t in outs:
+            least[t] = min(least[t], inner)
+    return least
 
 
 def _possible(
@@ -101,15 +169,14 @@ def _possible(
         anc |= gi.anc[i]
     hull = members | (desc & anc)
     ok = True
-    if hull & opaque:
+    hw = model.hw
+    room = hw.buffer_bytes // hw.act_bytes  # elements
+    if hull & opaque or _moment_lb(model, hull) > room or _cascade_lb(model, hull) > room:
         ok = False
-    else:
-        totals = model.evaluate(bits(hull), Mode.STREAM, exact_buffer=False)
-        hw = model.hw
-        if max(_moment_lb(model, hull), _cascade_lb(model, hull)) * hw.act_bytes > hw.buffer_bytes:
-            ok = False
-        elif totals.crossbars_needed > hw.n_crossbars and _no_merge(model, hull):
-            ok = hw.weights_resident is False and totals.n_matrices < 2
+    else:  # crossbars of the hull as one stream group: its matrices side by side
+        matrices = [model.lin[i] for i in bits(hull) if i in model.lin]
+        if sum(m.crossbars for m in matrices) > hw.n_crossbars and _no_merge(model, hull):
+            ok = hw.weights_resident is False and len(matrices) < 2
     cache[members] = ok
     return ok
 
@@ -168,8 +235,19 @@ def _path_bound(
     alone: list[int],
     opaque: int,
     cache: dict[int, bool],
+    internal: dict[int, tuple[int, list[int]]],
 ) -> int:
-    """Least cost of the path tensors over segmentations into possibly-feasible segments."""
+    """Least cost of the path tensors over segmentations into possibly-feasible segments.
+
+    Two kinds of tensors are priced per segmentation. An edge tensor of the path that some op
+    off the path also reads (or a graph output) costs ``alone`` inside a segment and at least
+    a write and a read when the path is cut at its edge. An *internal* tensor (``internal``:
+    its producer and every reader on the path, not a graph output) costs exactly what the
+    segmentation forces: a write when a reader lies past its producer's segment, and a read
+    for every later segment holding a reader (distinct segments are distinct groups). Skip
+    connections whose ends both lie on the path are internal: cutting a residual block
+    between its two ends costs the skip tensor too.
+    """
     st = model.st
     n_edges = len(path) - 1
     if n_edges <= 0:
@@ -177,11 +255,19 @@ def _path_bound(
     inside = [0] * n_edges  # cost of edge k's tensor when both ends share a group
     cut = [0] * n_edges  # ... when the path is cut there
     for t, k in on_path.items():
+        if t in internal:
+            continue
         inside[k] = alone[t]
         cut[k] = max(alone[t], 2 * st.numel[t])
     prefix = [0]
     for k in range(n_edges):
         prefix.append(prefix[-1] + inside[k])
+    made_at: list[list[int]] = [[] for _ in path]  # internal tensors by producer position
+    read_at: list[list[int]] = [[] for _ in path]  # ... by reader position
+    for t, (a, readers) in internal.items():
+        made_at[a].append(t)
+        for b in readers:
+            read_at[b].append(t)
     # lo[j]: the first op position i such that path[i..j] could share a feasible group
     lo = [0] * len(path)
     i = 0
@@ -193,11 +279,38 @@ def _path_bound(
     best = [inf] * len(path)  # best[j]: path[0..j] segmented, a segment ends at j
     for j in range(len(path)):
         value = inf
-        for start in range(lo[j], j + 1):
+        writes = reads = 0  # internal tensors' cost of the segment path[start..j]
+        in_seg: dict[int, int] = {}  # internal tensor -> its readers in the segment
+        for start in range(j, lo[j] - 1, -1):
+            for t in read_at[start]:
+                in_seg[t] = in_seg.get(t, 0) + 1
+                if in_seg[t] == 1 and internal[t][0] < start:
+                    reads += st.numel[t]
+            for t in made_at[start]:
+                if in_seg.get(t, 0):
+                    reads -= st.numel[t]  # its readers here share its segment
+                if internal[t][1][-1] > j:
+                    writes += st.numel[t]
             before = 0.0 if start == 0 else best[start - 1] + cut[start - 1]
-            value = min(value, before + prefix[j] - prefix[start])
+            value = min(value, before + prefix[j] - prefix[start] + writes + reads)
         best[j] = value
     return int(best[-1])
+
+
+def _internal_tensors(model: GroupModel, path: list[int]) -> dict[int, tuple[int, list[int]]]:
+    """Tensors made and read only on ``path`` (not graph outputs): tensor -> (producer's
+    position, readers' positions in path order)."""
+    st = model.st
+    pos = {v: k for k, v in enumerate(path)}
+    out: dict[int, tuple[int, list[int]]] = {}
+    for t in range(len(st.numel)):
+        p, readers = st.producer[t], st.consumers[t]
+        if p not in pos or not readers or st.is_output[t]:
+            continue
+        at = [pos.get(r, -1) for r in bits(readers)]
+        if min(at) >= 0:
+            out[t] = (pos[p], sorted(at))
+    return out
 
 
 def _segment_ok(
