@@ -66,7 +66,7 @@ DEFAULT_SPACE_YAML = """\
 hardware: null          # preset name or YAML path; null = the simulator's default preset
 objective: traffic      # traffic | energy | cycles | edp | multi
 sampler: local          # local | local-tpe | tpe | random | nsga2 | bruteforce
-trials: 300             # resnet18: about 15-22 s on 2 cores (local Ray start included)
+trials: 300             # resnet18: about 13-22 s on 2 cores (local Ray start included)
 max_group_size: null    # optional cap on ops per group; null = none (legality + capacity)
 knobs: {}               # hardware knobs to co-search (see codesign.yaml)
 constraints: {}         # caps on Metrics fields, e.g. energy_pj: {max: 1.0e9}
