@@ -23,6 +23,8 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -146,3 +148,16 @@ def dag_graphs(
             outputs.append(extra)
     b.output(*outputs)
     return b.build()
+
+
+def set_partitions(items: list[str]) -> Iterator[list[list[str]]]:
+    """Every set partition of ``items`` (Bell(n) of them): the brute force that exact
+    counting and the bounds are checked against."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in set_partitions(rest):
+        for k in range(len(part)):
+            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
+        yield [[first], *part]

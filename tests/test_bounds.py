@@ -10,12 +10,11 @@ whenever the path is cut between its ends (written once, read by every later gro
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import dag_graphs
+from strategies import dag_graphs, set_partitions
 
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.builder import GraphBuilder
@@ -34,21 +33,10 @@ BUFFERS = (16, 48, 96, 160, 256, 384, 640, 1024, 4096, 1 << 20)  # bytes: 16-ele
 MODES = (Mode.SINGLE, Mode.FUSED, Mode.MERGE, Mode.STREAM)
 
 
-def _set_partitions(items: list[str]) -> Iterator[list[list[str]]]:
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in _set_partitions(rest):
-        for k in range(len(part)):
-            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
-        yield [[first], *part]
-
-
 def _brute_force_traffic(graph: Graph, hw: HardwareConfig) -> int | None:
     """Least traffic over every legal, feasible plan (every set partition, every mode)."""
     best: int | None = None
-    for parts in _set_partitions([op.name for op in graph.ops]):
+    for parts in set_partitions([op.name for op in graph.ops]):
         choices = [[m for m in MODES if not check_group(graph, p, m)] for p in parts]
         for modes in itertools.product(*choices):
             plan = Plan.of(graph, [Group(tuple(p), m) for p, m in zip(parts, modes)])

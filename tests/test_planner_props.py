@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import crossing_graphs, dag_graphs
+from strategies import crossing_graphs, dag_graphs, set_partitions
 
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.builder import GraphBuilder
@@ -41,17 +40,6 @@ CONFIGS = (
     PlannerConfig(patterns=frozenset({"P1", "P2", "P3"})),
 )
 configs = st.sampled_from(CONFIGS)
-
-
-def _set_partitions(items: list[str]) -> Iterator[list[list[str]]]:
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in _set_partitions(rest):
-        for k in range(len(part)):
-            yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
-        yield [[first], *part]
 
 
 def _legal(graph: Graph, plan: Plan, config: PlannerConfig) -> bool:
@@ -91,7 +79,7 @@ def test_count_equals_brute_force_over_all_partitions(graph: Graph, config: Plan
     """Completeness: every partition x mode choice that check_plan accepts is counted."""
     ix_names = [op.name for op in graph.ops]
     total = 0
-    for parts in _set_partitions(ix_names):
+    for parts in set_partitions(ix_names):
         mode_options = []
         for part in parts:
             from fusiontune.planner._index import graph_index
