@@ -32,7 +32,7 @@ from fusiontune.frontend.plan_export import (
     onnx_params,
     plan_to_onnx,
 )
-from fusiontune.frontend.schedule import CSV_COLUMNS, plan_schedule, write_schedule
+from fusiontune.frontend.schedule import CSV_COLUMNS, plan_schedule, schedule_rows, write_schedule
 from fusiontune.frontend.zoo import build_zoo, zoo_models
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
@@ -47,7 +47,7 @@ from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.reference import random_inputs
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim.cost import group_cost, simulate
-from fusiontune.sim.execute import group_order
+from fusiontune.sim.execute import execute, group_order
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 from fusiontune.sim.needs import group_needs, line_buffers
 
@@ -323,7 +323,7 @@ def test_schedule_lists_groups_in_execution_order_with_consistent_bytes(tmp_path
     schedule = plan_schedule(graph, plan, hw)
     json_path, csv_path = write_schedule(schedule, tmp_path / "s.json")
     data = json.loads(json_path.read_text())
-    assert data["format"] == "fusiontune-schedule" and data["version"] == 2
+    assert data["format"] == "fusiontune-schedule" and data["version"] == 3
     assert data["plan_hash"] == plan.hash and data["hardware"]["name"] == hw.name
     metrics = simulate(graph, plan, hw)
     assert data["totals"]["traffic_bytes"] == metrics.traffic_bytes
@@ -404,3 +404,27 @@ def test_api_refuses_unknown_format_and_illegal_plans(tmp_path: Path) -> None:
         plan_to_onnx(graph, bad)
     with pytest.raises(IllegalPlanError, match=r"names op 'fc1\.relu', not in graph 'mlp_wide'"):
         export_plan(_graph("mlp_wide"), unfused_plan(graph), tmp_path / "m.onnx")
+
+
+def test_schedule_of_tiled_singletons_matches_the_executors_measurement() -> None:
+    """On a buffer smaller than most layers' rows, unfused resnet18 runs layer by layer
+    tiled through DRAM: each tiled group names its scheme instead of line buffers, and its
+    peak and bytes are what the executor measures."""
+    graph = build_zoo("resnet18", input_size=112)
+    hw = load_hardware("sram_edge").replace(buffer_bytes=6 * 1024)
+    plan = unfused_plan(graph)
+    schedule = plan_schedule(graph, plan, hw)
+    assert schedule["version"] == 3
+    entries = schedule["groups"]
+    tiled = [e for e in entries if e["tiling"] is not None]
+    assert {e["tiling"]["scheme"] for e in tiled} >= {"window", "point"}
+    for e in tiled:
+        assert e["tiling"]["reason"] == "" and e["line_buffers"] == []
+        assert e["buffer"]["needed_bytes"] == e["tiling"]["peak_bytes"] <= hw.buffer_bytes
+        assert e["buffer"]["stream_bytes"] == e["buffer"]["needed_bytes"]
+        assert e["tiling"]["read_bytes"] == e["traffic"]["act_read_bytes"]
+    run = execute(graph, plan, random_inputs(graph), hw=hw)
+    assert max(e["buffer"]["needed_bytes"] for e in entries) == run.peak_buffer_bytes
+    assert sum(e["traffic"]["act_read_bytes"] for e in entries) == run.dram_read_bytes
+    rows = schedule_rows(schedule)
+    assert [r["tiling"] for r in rows] == [(e["tiling"] or {}).get("scheme") or "" for e in entries]

@@ -16,15 +16,18 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import FusiontuneError
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
 
+if TYPE_CHECKING:
+    from fusiontune.sim.tiling import Tiling
+
 SCHEDULE_FORMAT = "fusiontune-schedule"
-SCHEDULE_VERSION = 2
+SCHEDULE_VERSION = 3  # 3: tiled singletons (`tiling`)
 CSV_SUFFIX = ".csv"
 LIST_SEP = ";"  # between the items of a list in a CSV cell
 
@@ -42,7 +45,7 @@ ENERGY_FIELDS = (
 )  # fmt: skip
 CSV_COLUMNS = (
     "index", "name", "mode", "pattern", "n_ops", "ops", "kernels", "depends_on", "reads",
-    "act_read_bytes", "writes", "act_write_bytes", "line_buffers", "stream_bytes",
+    "act_read_bytes", "writes", "act_write_bytes", "line_buffers", "tiling", "stream_bytes",
     "whole_bytes", "accumulator_bytes", "buffer_needed_bytes", "weights", "crossbars",
     "weight_load_bytes", "reload_bytes", "traffic_bytes", "macs", "compute_cycles",
     "memory_cycles", "cycles", "energy_pj", "feasible",
@@ -116,10 +119,13 @@ def _group_entry(
     from fusiontune.sim.cost import group_cost
     from fusiontune.sim.execute import compile_group, external_inputs, stored_tensors
     from fusiontune.sim.needs import group_needs, line_buffers
+    from fusiontune.sim.tiling import singleton_tiling
 
     cost = group_cost(graph, group, hw)
     needs = group_needs(graph, group)
     ab = hw.act_bytes
+    tiling = singleton_tiling(graph, group, hw)
+    tiled = tiling is not None and tiling.feasible
     reads = []
     for t in external_inputs(graph, group):
         entry = _tensor(graph, t, hw)
@@ -178,14 +184,17 @@ def _group_entry(
         "depends_on": depends,
         "reads": reads,
         "writes": writes,
-        "line_buffers": [
+        "line_buffers": []
+        if tiled
+        else [
             {"tensor": b.tensor, "rows": b.rows, "bytes": b.elems * ab}
             for b in line_buffers(graph, group)
         ],
-        "buffer": {
-            "stream_bytes": needs.stream_elems * ab,
-            "whole_bytes": needs.whole_elems * ab,
-            "accumulator_bytes": needs.accumulator_elems * ab,
+        "tiling": _tiling_entry(tiling, ab),
+        "buffer": {  # a tiled singleton's tiles stream through the buffer: its peak
+            "stream_bytes": cost.buffer_needed_bytes if tiled else needs.stream_elems * ab,
+            "whole_bytes": 0 if tiled else needs.whole_elems * ab,
+            "accumulator_bytes": 0 if tiled else needs.accumulator_elems * ab,
             "needed_bytes": cost.buffer_needed_bytes,
         },
         "weights": weights,
@@ -196,6 +205,24 @@ def _group_entry(
         "energy_pj": {f: getattr(cost, f) for f in ENERGY_FIELDS},
         "feasible": cost.feasible,
         "violations": list(cost.violations),
+    }
+
+
+def _tiling_entry(tiling: Tiling | None, act_bytes: int) -> dict[str, Any] | None:
+    """How a group of one op runs tiled through DRAM (``None``: it runs by rows)."""
+    if tiling is None:
+        return None
+    chunks = tiling.chunks
+    return {
+        "scheme": tiling.scheme.value if tiling.scheme is not None else None,
+        "tile": list(tiling.tile),
+        "chunks": None
+        if chunks is None
+        else {"order": list(chunks.order), "j": chunks.j, "t": chunks.t},
+        "read_bytes": tiling.read_elems * act_bytes,
+        "write_bytes": tiling.write_elems * act_bytes,
+        "peak_bytes": tiling.peak_elems * act_bytes,
+        "reason": tiling.reason,
     }
 
 
@@ -222,6 +249,7 @@ def schedule_rows(schedule: dict[str, Any]) -> list[dict[str, Any]]:
                 "writes": join([f"{w['tensor']}:{w['bytes']}" for w in g["writes"]]),
                 "act_write_bytes": g["traffic"]["act_write_bytes"],
                 "line_buffers": join([f"{b['tensor']}:{b['bytes']}" for b in g["line_buffers"]]),
+                "tiling": (g["tiling"] or {}).get("scheme") or "",
                 "stream_bytes": g["buffer"]["stream_bytes"],
                 "whole_bytes": g["buffer"]["whole_bytes"],
                 "accumulator_bytes": g["buffer"]["accumulator_bytes"],
