@@ -428,3 +428,29 @@ def test_schedule_of_tiled_singletons_matches_the_executors_measurement() -> Non
     assert sum(e["traffic"]["act_read_bytes"] for e in entries) == run.dram_read_bytes
     rows = schedule_rows(schedule)
     assert [r["tiling"] for r in rows] == [(e["tiling"] or {}).get("scheme") or "" for e in entries]
+
+
+@pytest.mark.parametrize(
+    ("reduction", "opset", "ok"),
+    [("none", 13, True), ("none", 18, True), ("add", 15, False), ("add", 16, True),
+     ("max", 17, False), ("max", 18, True)],
+)  # fmt: skip
+def test_scatter_nd_reduction_exports_only_where_its_opset_has_it(
+    reduction: str, opset: int, ok: bool
+) -> None:
+    b = GraphBuilder("scatter")
+    x = b.input("x", (4, 3))
+    idx = b.const("idx", np.asarray([[0], [2]], np.int64))
+    upd = b.const("upd", np.ones((2, 3), np.float32))
+    b.output(b.op("ScatterND", [x, idx, upd], {"reduction": reduction}, name="s"))
+    graph = b.build()
+    if not ok:
+        with pytest.raises(FusiontuneError, match=rf"'s' \(ScatterND\).*'{reduction}'.*>= 1[68]"):
+            to_onnx(graph, opset=opset)
+        return
+    x_val = np.arange(12, dtype=np.float32).reshape(4, 3)
+    from fusiontune.reference import reference_run
+
+    got = _run(to_onnx(graph, opset=opset), {"x": x_val})[0]
+    want = reference_run(graph, {"x": x_val})["s"]
+    assert np.array_equal(got, want)

@@ -13,7 +13,7 @@ an index out of range is an error naming the op, the index and the allowed range
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +30,10 @@ from fusiontune.ops.base import (
 )
 
 if TYPE_CHECKING:
-    from fusiontune.ir.graph import Op
+    from fusiontune.ir.graph import Graph, Op
+
+SCATTER_REDUCTION_SINCE = {"none": 11, "add": 16, "mul": 16, "max": 18, "min": 18}
+"""The first ONNX opset whose ScatterND takes each ``reduction``."""
 
 SCATTER_REDUCTIONS: dict[str, np.ufunc | None] = {
     "none": None,  # every opset; duplicate indices are undefined behaviour in ONNX
@@ -133,6 +136,23 @@ def _scatter_nd_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shap
     return [tuple(data)]
 
 
+def _scatter_nd_export(
+    op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
+) -> tuple[list[str], dict[str, Any], list[str]]:
+    """A reduction the target opset's ScatterND does not have is refused by name (``none``
+    is the default, written only where the attribute exists)."""
+    reduction = str(attrs.get("reduction", "none"))
+    since = SCATTER_REDUCTION_SINCE.get(reduction, 0)
+    if opset < since:
+        raise FusiontuneError(
+            f"to_onnx: op '{op.name}' (ScatterND) has reduction '{reduction}', which ONNX "
+            f"opset {opset} does not define; use opset >= {since}"
+        )
+    if reduction == "none" and opset < SCATTER_REDUCTION_SINCE["add"]:
+        attrs.pop("reduction", None)
+    return inputs, attrs, outputs
+
+
 OPS: tuple[OpDef, ...] = (
     OpDef(
         "GatherElements",
@@ -145,5 +165,6 @@ OPS: tuple[OpDef, ...] = (
         defaults={"reduction": "none"},
         shape=_scatter_nd_shape,
         reference=_scatter_nd,
+        export=_scatter_nd_export,
     ),
 )
