@@ -83,8 +83,10 @@ def _one_op(build: str) -> Graph:
         b.op("Concat", [x, b.input("y", (1, 8, 12, 12))], {"axis": 1})
     elif build == "matmul":
         b.op("MatMul", [b.input("q", (1, 2, 24, 16)), b.input("k", (1, 2, 16, 24))])
-    elif build == "gemm":
+    elif build in ("gemm", "gemm_split"):
         b.gemm(b.input("v", (4, 96)), 40)
+    elif build == "matmul_const_split":  # a MatMul with a constant weight over (B, T, K) rows
+        b.matmul(b.input("v", (2, 3, 64)), 24, bias=False)
     else:
         raise AssertionError(build)
     return _drop_unused_inputs(b.build())
@@ -121,6 +123,8 @@ CASES = {  # build -> (scheme, buffer bytes below its one-row need)
     "gemm": (Scheme.MATRIX, 120),
     "conv3x3_split": (Scheme.WINDOW_SPLIT, 100),  # one column (3 x 16 x 3 = 144) does not fit
     "conv1x1_s2_split": (Scheme.WINDOW_SPLIT, 40),
+    "gemm_split": (Scheme.MATRIX_SPLIT, 50),  # one input row (96 features) + an output: 97
+    "matmul_const_split": (Scheme.MATRIX_SPLIT, 40),
 }
 
 
@@ -199,6 +203,50 @@ def test_split_reduction_traffic_and_peak_by_hand() -> None:
     t = singleton_tiling(graph, group, wide)
     assert t is not None and t.tile[1] == (60 - 9) // 4
     _run_single(graph, wide)
+
+
+def test_split_matrix_traffic_and_peak_by_hand() -> None:
+    """Gemm (4, 96) x (96, 40) on 50 B: one input row needs 96 + 1. Boxes of one row x 24
+    columns (48 B of 16-bit partial sums) take (50 - 48) // 1 = 2 features a chunk; the input
+    is read once per column block (2)."""
+    graph = _one_op("gemm_split")
+    hw = HW.replace(buffer_bytes=50)
+    t = singleton_tiling(graph, unfused_plan(graph).groups[0], hw)
+    assert t is not None and t.scheme is Scheme.MATRIX_SPLIT and t.tile == (2,)
+    assert t.chunks is not None and t.chunks.box_shape((4, 40)) == (1, 24)
+    assert (t.read_elems, t.write_elems, t.peak_elems) == (2 * 4 * 96, 4 * 40, 48 + 2)
+    _run_single(graph, hw)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["Gemm", "MatMul"]),
+    st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(3, 40), st.integers(1, 12)),
+    st.booleans(),
+    st.integers(0, 10**6),
+)
+def test_split_matrices_run_as_modelled_below_one_input_row(
+    kind: str, shape: tuple[int, int, int, int], bias: bool, draw: int
+) -> None:
+    """Gemm / MatMul with a constant weight on buffers below one input row plus one output:
+    prediction == measurement, outputs equal the reference (float32: RTOL)."""
+    batch, rows, k, n_out = shape
+    b = GraphBuilder("split_matrix", seed=draw % 7)
+    if kind == "Gemm":
+        b.gemm(b.input("v", (batch * rows, k)), n_out, bias=bias)
+    else:
+        b.matmul(b.input("v", (batch, rows, k)), n_out, bias=False)
+    graph = b.build()
+    (group,) = unfused_plan(graph).groups
+    least = singleton_tiling(graph, group, HW.replace(buffer_bytes=2))
+    assert least is not None and not least.feasible
+    assert "accumulator" in least.reason and least.peak_elems == 2 + 1
+    buffers = range(least.peak_elems, k + 1)  # below one input row + one output
+    hw = HW.replace(buffer_bytes=buffers[draw % len(buffers)])
+    t = singleton_tiling(graph, group, hw)
+    assert t is not None and t.scheme is Scheme.MATRIX_SPLIT, t
+    assert t.peak_elems <= hw.buffer_bytes
+    _run_single(graph, hw)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -285,6 +333,7 @@ def test_window_geometries_tile_as_modelled(
 @pytest.mark.parametrize(("build", "buffer", "need"), [
     ("conv3x3", 10, 11),  # one 16-bit partial sum + one channel of its 3 x 3 window
     ("maxpool", 8, 10),  # a pool has nothing to accumulate: one channel's 3 x 3 window + output
+    ("gemm", 2, 3),  # one 16-bit partial sum + one input feature
 ])  # fmt: skip
 def test_an_op_that_cannot_tile_names_itself_and_its_bytes(
     build: str, buffer: int, need: int

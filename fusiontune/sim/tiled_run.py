@@ -69,6 +69,7 @@ def run_tiled(
         Scheme.MATMUL: run.products,
         Scheme.MATRIX: run.matrix,
         Scheme.WINDOW_SPLIT: run.window_split,
+        Scheme.MATRIX_SPLIT: run.matrix_split,
     }
     assert tiling.scheme is not None, tiling.reason
     scheme[tiling.scheme](tiling)
@@ -366,6 +367,35 @@ class _TiledRun:
             self.free(size)
         if held is not None:
             self.free(held[1].size)
+
+    def matrix_split(self, tiling: Tiling) -> None:
+        """Output boxes accumulated over ``t_k``-feature chunks of their input rows."""
+        graph = self.graph
+        assert tiling.chunks is not None
+        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
+        x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        axes = matrix_axes(graph, self.node)
+        assert axes is not None
+        axis = axes[0]
+        (t_k,) = tiling.tile
+        k = graph.tensors[x].shape[axis]
+        for box in tiling.chunks.boxes(graph.tensors[out].shape):
+            cols = box[axis]
+            size = math.prod(b.stop - b.start for b in box)
+            self.hold(self.acc * size, out, "accumulator")
+            total = np.zeros(tuple(b.stop - b.start for b in box), dtype=DTYPE)
+            for k0 in range(0, k, t_k):
+                feats = slice(k0, min(k0 + t_k, k))
+                part = self.fetch(x, tuple(feats if a == axis else b for a, b in enumerate(box)))
+                sub = replace(p, weight=p.weight[feats, cols], bias=None)
+                total += matrix_rows(sub, part, self.matmul)
+                self.free(part.size)
+            if p.bias is not None:  # the epilogue, once per output box
+                bias = p.bias if p.bias.ndim == 0 else p.bias[cols]
+                total += np.moveaxis(np.broadcast_to(bias, np.moveaxis(total, axis, -1).shape),
+                                     -1, axis)  # fmt: skip
+            self.put(out, box, total)
+            self.free(self.acc * size)
 
     # ---- matmul --------------------------------------------------------------------------------
     def products(self, tiling: Tiling) -> None:

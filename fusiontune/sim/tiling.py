@@ -44,6 +44,11 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   output is cut into boxes with its feature axis innermost; each input box (all its
   features) is fetched once and stays while its output columns are computed block by
   block. Traffic is unchanged.
+- ``matrix_split`` — a ``matrix`` op whose one input vector (all its features) does not fit:
+  the output boxes hold partial sums (:func:`acc_units` elements each) while the box's input
+  rows are fetched ``t_k`` features at a time and accumulated; the bias is added once and the
+  box written. The input is re-read once per output-column block. Taken only when no
+  ``matrix`` box fits.
 - ``matmul`` — MatMul of two activations ``(..., M, K) @ (..., K, N)``: per batch index,
   output blocks of ``m`` rows and ``n`` columns; each block reads its rows of the left
   operand and its columns of the right one, so the right operand is re-read once per row
@@ -86,6 +91,7 @@ class Scheme(str, Enum):
     MATMUL = "matmul"
     MATRIX = "matrix"
     WINDOW_SPLIT = "window_split"
+    MATRIX_SPLIT = "matrix_split"
 
 
 @dataclass(frozen=True)
@@ -164,9 +170,10 @@ class Tiling:
         read_elems: elements the DMA fetches (re-reads included).
         write_elems: elements the DMA writes.
         peak_elems: the most elements on chip at once (for an infeasible op: what it needs).
-        chunks: the boxes of the ``point``, ``reduce`` and ``copy`` schemes.
+        chunks: the boxes of the ``point``, ``reduce``, ``copy``, ``matrix`` and
+            ``matrix_split`` schemes.
         tile: ``window``: ``(t_w, t_c)``; ``reduce``: ``(t_c,)``; ``matmul``: ``(m, n)``;
-            ``window_split``: ``(t_w, t_c, t_r, t_k)``.
+            ``window_split``: ``(t_w, t_c, t_r, t_k)``; ``matrix_split``: ``(t_k,)``.
         reason: why the op cannot run even tiled (empty when it can).
         streamed: ``point``: per op input, read box by box (else held whole, read once).
     """
@@ -281,7 +288,7 @@ def plan_tiling(
     elif op.op_type == "MatMul" and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
     elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
-        plan = _plan_matrix(graph, node, cap)
+        plan = _plan_matrix(graph, node, cap, acc)
     elif rm.kind is RowKind.POINT and p is None:
         plan = _plan_point(graph, op, rm.streamed, stored, cap)
     elif p is None and (
@@ -670,7 +677,7 @@ def matrix_axes(graph: Graph, node: object) -> tuple[int, int] | None:
     return axis, -1 if rows is None else rows
 
 
-def _plan_matrix(graph: Graph, node: object, cap: int) -> Tiling:
+def _plan_matrix(graph: Graph, node: object, cap: int, acc: int = PSUM_UNITS_DEFAULT) -> Tiling:
     name: str = node.name  # type: ignore[attr-defined]
     axes = matrix_axes(graph, node)
     if axes is None:
@@ -686,7 +693,35 @@ def _plan_matrix(graph: Graph, node: object, cap: int) -> Tiling:
 
     chunks = fit_chunks(ys, order, need, cap)
     if chunks is None:
-        least = xs[axis] + 1
-        return _refuse(name, f"one input vector and one output need {least:,} elements", least)
+        return _plan_matrix_split(node, ys, tuple(order), xs[axis], cap, acc)
     return Tiling(name, Scheme.MATRIX, math.prod(xs), math.prod(ys),
                   need(chunks.box_shape(ys)), chunks)  # fmt: skip
+
+
+def _plan_matrix_split(
+    node: object, ys: Shape, order: tuple[int, ...], k: int, cap: int, acc: int
+) -> Tiling:
+    """``matrix_split`` (module docstring): the largest output boxes whose partial sums and
+    one input feature of their rows fit, then the most features a chunk."""
+    name: str = node.name  # type: ignore[attr-defined]
+    p = node.linear  # type: ignore[attr-defined]
+    axis = order[-1]
+    if p.bias is not None and p.bias.ndim > 1:
+        return _refuse(name, "a full Gemm bias is not split by output columns")
+
+    def need(box: Shape, t_k: int = 1) -> int:
+        rows = math.prod(n for a, n in enumerate(box) if a != axis)
+        return acc * math.prod(box) + rows * t_k
+
+    chunks = fit_chunks(ys, order, need, cap)
+    if chunks is None:
+        least = acc + 1
+        return _refuse(name, f"one output's accumulator and one input feature need {least:,} "
+                             "elements", least)  # fmt: skip
+    box = chunks.box_shape(ys)
+    rows = math.prod(n for a, n in enumerate(box) if a != axis)
+    t_k = min(k, (cap - acc * math.prod(box)) // rows)
+    blocks = math.ceil(ys[axis] / box[axis])  # the input is re-read once per column block
+    reads = blocks * math.prod(ys) // ys[axis] * k  # the input differs only along axis
+    return Tiling(name, Scheme.MATRIX_SPLIT, reads, math.prod(ys),
+                  need(box, t_k), chunks, (t_k,))  # fmt: skip
