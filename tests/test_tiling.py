@@ -402,6 +402,23 @@ def test_zoo_runs_tiled_on_a_tiny_buffer_with_the_models_bytes(model: str) -> No
         assert float(np.abs(run.outputs[t] - want[t]).max()) <= RTOL * scale + 1e-6
 
 
+def test_resnet18_runs_on_1_kib_with_split_reductions() -> None:
+    """Its 3 x 3 x 512 convolutions need more than 4 KiB a column: they split their channels."""
+    graph = build_zoo("resnet18", input_size=32)
+    hw = HW.replace(buffer_bytes=1024)
+    plan = unfused_plan(graph)
+    schemes = {t.scheme for g in plan.groups if (t := singleton_tiling(graph, g, hw)) is not None}
+    assert Scheme.WINDOW_SPLIT in schemes
+    inputs = random_inputs(graph)
+    run = execute(graph, plan, inputs, hw=hw, band_rows=1)
+    check_measurement(graph, plan, run, hw)
+    assert run.peak_buffer_bytes <= hw.buffer_bytes
+    want = reference_run(graph, inputs)
+    for t in graph.outputs:
+        scale = float(np.abs(want[t]).max()) or 1.0
+        assert float(np.abs(run.outputs[t] - want[t]).max()) <= RTOL * scale + 1e-6
+
+
 def test_optimum_with_tiled_singletons_is_bounded_and_runs() -> None:
     graph = build_zoo("mobilenet_v2", input_size=32)
     hw = HW.replace(buffer_bytes=2048)
