@@ -32,6 +32,7 @@ from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.execute import execute
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 from fusiontune.sim.tiling import Scheme, singleton_tiling
+from fusiontune.sim.verify import CIM_RTOL_DEFAULT
 
 RTOL = 1e-4  # tiled float32 vs the reference (sim/verify.py)
 HW = HardwareConfig()  # act_bits 8: one byte per element
@@ -400,6 +401,25 @@ def test_zoo_runs_tiled_on_a_tiny_buffer_with_the_models_bytes(model: str) -> No
     for t in graph.outputs:
         scale = float(np.abs(want[t]).max()) or 1.0
         assert float(np.abs(run.outputs[t] - want[t]).max()) <= RTOL * scale + 1e-6
+
+
+CIM_RTOL = CIM_RTOL_DEFAULT  # quantized crossbar numerics vs the reference
+
+
+@pytest.mark.parametrize(("build", "buffer"), [("conv3x3_split", 60), ("gemm_split", 50)])
+def test_split_reductions_under_cim_numerics_stay_within_its_tolerance(
+    build: str, buffer: int
+) -> None:
+    """Each input chunk is a separately quantized crossbar product: the error changes with
+    the chunking but stays within the CIM tolerance."""
+    graph = _one_op(build)
+    inputs = random_inputs(graph)
+    hw = HW.replace(buffer_bytes=buffer)
+    run = execute(graph, unfused_plan(graph), inputs, hw=hw, band_rows=1, numerics="cim")
+    want = reference_run(graph, inputs)
+    for t in graph.outputs:
+        err = float(np.abs(run.outputs[t] - want[t]).max()) / float(np.abs(want[t]).max())
+        assert 0 < err < CIM_RTOL
 
 
 def test_resnet18_runs_on_1_kib_with_split_reductions() -> None:
