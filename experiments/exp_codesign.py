@@ -198,7 +198,10 @@ def _buffer_notes(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> li
     out = [
         f"Buffer: the front has {len(front)} points; the optimum saves "
         f"{1 - first['optimum_bytes'] / first['unfused_bytes']:.0%} of the unfused traffic with "
-        f"{_kib(first)}, the smallest buffer on which a plan fits, and "
+        f"{_kib(first)}, "
+        + ("the smallest buffer on which a plan fits" if infeasible
+           else "the smallest buffer swept (every point admits a plan)")
+        + ", and "
         f"{1 - last['optimum_bytes'] / last['unfused_bytes']:.0%} from {_kib(last)} on; 90 % "
         f"of the full benefit is reached at {_kib(knee)}. Below that the stream groups' line "
         "buffers (rows of the early 112x112 and 56x56 maps) no longer fit and fusion stops "
@@ -210,9 +213,8 @@ def _buffer_notes(rows: list[dict[str, Any]], front: list[dict[str, Any]]) -> li
     if infeasible:
         out.append(
             f"Up to {_kib(infeasible[-1])} no plan fits, not even the unfused one: some op's "
-            "smallest tile (one output column of a 3x3 convolution over all its input "
-            "channels: the tiled singletons do not split the reduction axis) exceeds the "
-            "buffer. The optimizer proves it (proven infeasible)."
+            "smallest tile (one partial sum and one input channel of its window, the "
+            "reduction split) exceeds the buffer. The optimizer proves it (proven infeasible)."
         )
     capped = [r for r in rows if r.get("capped12_bytes") is not None]
     if capped:

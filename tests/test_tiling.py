@@ -10,10 +10,11 @@ feasible, and run at reduced size on correspondingly tiny buffers with the model
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_capacity import check_measurement
 
@@ -31,6 +32,7 @@ from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.execute import execute
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 from fusiontune.sim.tiling import Scheme, singleton_tiling
+from fusiontune.sim.verify import CIM_RTOL_DEFAULT
 
 RTOL = 1e-4  # tiled float32 vs the reference (sim/verify.py)
 HW = HardwareConfig()  # act_bits 8: one byte per element
@@ -56,11 +58,11 @@ def _one_op(build: str) -> Graph:
         b.op("Softmax", [x], {"axis": 2})
     elif build == "add_other_rank":  # operands of different row axes: not row-aligned
         b.add(b.input("u", (3, 4, 6)), b.input("w", (4, 1)))
-    elif build == "conv3x3":
+    elif build in ("conv3x3", "conv3x3_split"):
         b.conv(x, 24, 3)
     elif build == "conv3x3_s2":
         b.conv(x, 8, 3, stride=2)
-    elif build == "conv1x1_s2":
+    elif build in ("conv1x1_s2", "conv1x1_s2_split"):
         b.conv(x, 32, 1, stride=2, pad=0)
     elif build == "depthwise":
         b.conv(x, 16, 3, group=16)
@@ -82,8 +84,10 @@ def _one_op(build: str) -> Graph:
         b.op("Concat", [x, b.input("y", (1, 8, 12, 12))], {"axis": 1})
     elif build == "matmul":
         b.op("MatMul", [b.input("q", (1, 2, 24, 16)), b.input("k", (1, 2, 16, 24))])
-    elif build == "gemm":
+    elif build in ("gemm", "gemm_split"):
         b.gemm(b.input("v", (4, 96)), 40)
+    elif build == "matmul_const_split":  # a MatMul with a constant weight over (B, T, K) rows
+        b.matmul(b.input("v", (2, 3, 64)), 24, bias=False)
     else:
         raise AssertionError(build)
     return _drop_unused_inputs(b.build())
@@ -118,6 +122,10 @@ CASES = {  # build -> (scheme, buffer bytes below its one-row need)
     "concat": (Scheme.COPY, 100),
     "matmul": (Scheme.MATMUL, 400),
     "gemm": (Scheme.MATRIX, 120),
+    "conv3x3_split": (Scheme.WINDOW_SPLIT, 100),  # one column (3 x 16 x 3 = 144) does not fit
+    "conv1x1_s2_split": (Scheme.WINDOW_SPLIT, 40),
+    "gemm_split": (Scheme.MATRIX_SPLIT, 50),  # one input row (96 features) + an output: 97
+    "matmul_const_split": (Scheme.MATRIX_SPLIT, 40),
 }
 
 
@@ -176,6 +184,103 @@ def test_traffic_of_each_scheme_by_hand() -> None:
     assert t.read_elems == left * math.ceil(24 / n) + right * math.ceil(24 / m)
 
 
+def test_split_reduction_traffic_and_peak_by_hand() -> None:
+    """A 3 x 3 Conv (16 -> 24 channels, 12 x 12, pad 1) on 60 B: one output column needs 144.
+
+    Tiles of one row x one column x every output channel: 24 16-bit partial sums (48 B), then
+    t_k = (60 - 48) // 9 = 1 input channel of the 3 x 3 box at a time. Each of the 12 strips
+    fetches its columns (2 + 10 x 3 + 2 = 34 with the halos), each of the 12 bands its rows
+    (34 too), every input channel once (one output-channel tile).
+    """
+    graph = _one_op("conv3x3_split")
+    hw = HW.replace(buffer_bytes=60)
+    (group,) = unfused_plan(graph).groups
+    t = singleton_tiling(graph, group, hw)
+    assert t is not None and t.scheme is Scheme.WINDOW_SPLIT
+    assert t.tile == (1, 24, 1, 1)
+    assert (t.read_elems, t.write_elems, t.peak_elems) == (16 * 34 * 34, 24 * 144, 2 * 24 + 9)
+    _run_single(graph, hw)
+    wide = HW.replace(buffer_bytes=60, psum_bits=32)  # 4-byte partial sums: 12 channels a tile
+    t = singleton_tiling(graph, group, wide)
+    assert t is not None and t.tile[1] == (60 - 9) // 4
+    _run_single(graph, wide)
+
+
+def test_split_matrix_traffic_and_peak_by_hand() -> None:
+    """Gemm (4, 96) x (96, 40) on 50 B: one input row needs 96 + 1. Boxes of one row x 24
+    columns (48 B of 16-bit partial sums) take (50 - 48) // 1 = 2 features a chunk; the input
+    is read once per column block (2)."""
+    graph = _one_op("gemm_split")
+    hw = HW.replace(buffer_bytes=50)
+    t = singleton_tiling(graph, unfused_plan(graph).groups[0], hw)
+    assert t is not None and t.scheme is Scheme.MATRIX_SPLIT and t.tile == (2,)
+    assert t.chunks is not None and t.chunks.box_shape((4, 40)) == (1, 24)
+    assert (t.read_elems, t.write_elems, t.peak_elems) == (2 * 4 * 96, 4 * 40, 48 + 2)
+    _run_single(graph, hw)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["Gemm", "MatMul"]),
+    st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(3, 40), st.integers(1, 12)),
+    st.booleans(),
+    st.integers(0, 10**6),
+)
+def test_split_matrices_run_as_modelled_below_one_input_row(
+    kind: str, shape: tuple[int, int, int, int], bias: bool, draw: int
+) -> None:
+    """Gemm / MatMul with a constant weight on buffers below one input row plus one output:
+    prediction == measurement, outputs equal the reference (float32: RTOL)."""
+    batch, rows, k, n_out = shape
+    b = GraphBuilder("split_matrix", seed=draw % 7)
+    if kind == "Gemm":
+        b.gemm(b.input("v", (batch * rows, k)), n_out, bias=bias)
+    else:
+        b.matmul(b.input("v", (batch, rows, k)), n_out, bias=False)
+    graph = b.build()
+    (group,) = unfused_plan(graph).groups
+    least = singleton_tiling(graph, group, HW.replace(buffer_bytes=2))
+    assert least is not None and not least.feasible
+    assert "accumulator" in least.reason and least.peak_elems == 2 + 1
+    buffers = range(least.peak_elems, k + 1)  # below one input row + one output
+    hw = HW.replace(buffer_bytes=buffers[draw % len(buffers)])
+    t = singleton_tiling(graph, group, hw)
+    assert t is not None and t.scheme is Scheme.MATRIX_SPLIT, t
+    assert t.peak_elems <= hw.buffer_bytes
+    _run_single(graph, hw)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.tuples(st.integers(1, 2), st.integers(2, 6), st.integers(3, 8), st.integers(3, 8)),
+    st.tuples(st.integers(1, 5), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2)),
+    st.integers(0, 10**6),
+)
+def test_split_reductions_run_as_modelled_below_one_column(
+    shape: tuple[int, int, int, int], geometry: tuple[int, int, int, int], draw: int
+) -> None:
+    """Convs on buffers below their one output column: prediction == measurement, outputs
+    equal the reference (float32, summation order changed: RTOL)."""
+    c_out, k, stride, pad = geometry
+    b = GraphBuilder("split", seed=draw % 7)
+    b.conv(b.input("x", shape), c_out, k, stride=stride, pad=min(pad, k - 1))
+    graph = b.build()
+    (group,) = unfused_plan(graph).groups
+    hw = HW.replace(buffer_bytes=2)
+    least = singleton_tiling(graph, group, hw)
+    assert least is not None and not least.feasible and "accumulator" in least.reason
+    column = shape[0] * shape[1] * k * k  # one output column's window, every input channel
+    splits = [c for c in range(least.peak_elems, column)
+              if (t := singleton_tiling(graph, group, HW.replace(buffer_bytes=c))) is not None
+              and t.scheme is Scheme.WINDOW_SPLIT]  # fmt: skip
+    assume(splits)
+    assert splits[0] == least.peak_elems  # the refusal names exactly the least buffer
+    hw = HW.replace(buffer_bytes=splits[draw % len(splits)])
+    t = singleton_tiling(graph, group, hw)
+    assert t is not None and t.peak_elems <= hw.buffer_bytes
+    _run_single(graph, hw)
+
+
 HYPOTHESIS_BUILDS = ["conv3x3", "conv3x3_s2", "depthwise", "maxpool", "add", "matmul", "gemm",
                      "transpose", "bn_training", "softmax_rows", "concat"]  # fmt: skip
 
@@ -226,14 +331,24 @@ def test_window_geometries_tile_as_modelled(
         _run_single(graph, HW.replace(buffer_bytes=fits[draw % len(fits)]))
 
 
-def test_an_op_that_cannot_tile_names_itself_and_its_bytes() -> None:
-    graph = _one_op("conv3x3")  # one output column reads 3 rows x 16 channels x 3 columns
-    hw = HW.replace(buffer_bytes=100)
-    cost = group_cost(graph, unfused_plan(graph).groups[0], hw)
+@pytest.mark.parametrize(("build", "buffer", "need"), [
+    ("conv3x3", 10, 11),  # one 16-bit partial sum + one channel of its 3 x 3 window
+    ("maxpool", 8, 10),  # a pool has nothing to accumulate: one channel's 3 x 3 window + output
+    ("gemm", 2, 3),  # one 16-bit partial sum + one input feature
+])  # fmt: skip
+def test_an_op_that_cannot_tile_names_itself_and_its_bytes(
+    build: str, buffer: int, need: int
+) -> None:
+    graph = _one_op(build)
+    (group,) = unfused_plan(graph).groups
+    hw = HW.replace(buffer_bytes=buffer)
+    cost = group_cost(graph, group, hw)
     assert not cost.feasible
-    assert "op 'conv' (Conv) cannot run in 100 B even tiled" in cost.violations[0]
-    assert "needs 145 elements" in cost.violations[0]
-    with pytest.raises(CapacityError, match=r"op 'conv' \(Conv\) cannot run in 100 B"):
+    op = graph.ops[0]
+    head = f"op '{op.name}' ({op.op_type}) cannot run in {buffer} B even tiled"
+    assert head in cost.violations[0]
+    assert re.search(rf"needs? {need:,} elements", cost.violations[0])
+    with pytest.raises(CapacityError, match=rf"op '{op.name}' \({op.op_type}\) cannot run"):
         execute(graph, unfused_plan(graph), random_inputs(graph), hw=hw)
 
 
@@ -282,6 +397,42 @@ def test_zoo_runs_tiled_on_a_tiny_buffer_with_the_models_bytes(model: str) -> No
     run = execute(graph, plan, inputs, hw=hw, band_rows=1)
     check_measurement(graph, plan, run, hw)
     assert run.peak_buffer_bytes <= buffer
+    want = reference_run(graph, inputs)
+    for t in graph.outputs:
+        scale = float(np.abs(want[t]).max()) or 1.0
+        assert float(np.abs(run.outputs[t] - want[t]).max()) <= RTOL * scale + 1e-6
+
+
+CIM_RTOL = CIM_RTOL_DEFAULT  # quantized crossbar numerics vs the reference
+
+
+@pytest.mark.parametrize(("build", "buffer"), [("conv3x3_split", 60), ("gemm_split", 50)])
+def test_split_reductions_under_cim_numerics_stay_within_its_tolerance(
+    build: str, buffer: int
+) -> None:
+    """Each input chunk is a separately quantized crossbar product: the error changes with
+    the chunking but stays within the CIM tolerance."""
+    graph = _one_op(build)
+    inputs = random_inputs(graph)
+    hw = HW.replace(buffer_bytes=buffer)
+    run = execute(graph, unfused_plan(graph), inputs, hw=hw, band_rows=1, numerics="cim")
+    want = reference_run(graph, inputs)
+    for t in graph.outputs:
+        err = float(np.abs(run.outputs[t] - want[t]).max()) / float(np.abs(want[t]).max())
+        assert 0 < err < CIM_RTOL
+
+
+def test_resnet18_runs_on_1_kib_with_split_reductions() -> None:
+    """Its 3 x 3 x 512 convolutions need more than 4 KiB a column: they split their channels."""
+    graph = build_zoo("resnet18", input_size=32)
+    hw = HW.replace(buffer_bytes=1024)
+    plan = unfused_plan(graph)
+    schemes = {t.scheme for g in plan.groups if (t := singleton_tiling(graph, g, hw)) is not None}
+    assert Scheme.WINDOW_SPLIT in schemes
+    inputs = random_inputs(graph)
+    run = execute(graph, plan, inputs, hw=hw, band_rows=1)
+    check_measurement(graph, plan, run, hw)
+    assert run.peak_buffer_bytes <= hw.buffer_bytes
     want = reference_run(graph, inputs)
     for t in graph.outputs:
         scale = float(np.abs(want[t]).max()) or 1.0

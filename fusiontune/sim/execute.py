@@ -49,7 +49,7 @@ from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.rows import RowKind, row_map
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, node_row_map
 from fusiontune.sim.tiled_run import run_tiled
-from fusiontune.sim.tiling import singleton_tiling
+from fusiontune.sim.tiling import acc_units, singleton_tiling
 
 BAND_ELEMS_TARGET = 65536  # elements per band of each tensor (halved until a group fits the buffer)
 NUMERICS = ("float", "cim")
@@ -596,7 +596,7 @@ def _run_group(
             raise CapacityError(f"group {label}: {tiling.reason}")
         (node,) = nodes
         return run_tiled(graph, index, label, node, tiling, stored, dram, hw.buffer_bytes,
-                         matmul)  # fmt: skip
+                         matmul, acc_units(hw))  # fmt: skip
     elems = BAND_ELEMS_TARGET
     while True:
         runner = GroupRunner(graph, index, label, nodes, stored, dram, hw.buffer_bytes,

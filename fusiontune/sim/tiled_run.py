@@ -55,9 +55,12 @@ def run_tiled(
     dram: Dram,
     capacity_bytes: int,
     matmul: MatmulFn,
+    acc: int,
 ) -> GroupStats:
-    """Run the singleton ``node`` by ``tiling`` inside ``capacity_bytes`` of buffer."""
-    run = _TiledRun(graph, index, node, stored, dram, OnChip(capacity_bytes, label), matmul)
+    """Run the singleton ``node`` by ``tiling`` inside ``capacity_bytes`` of buffer (``acc``:
+    elements one partial sum takes, :func:`fusiontune.sim.tiling.acc_units`)."""
+    chip = OnChip(capacity_bytes, label)
+    run = _TiledRun(graph, index, node, stored, dram, chip, matmul, acc)
     scheme = {
         Scheme.POINT: run.point,
         Scheme.WINDOW: run.window,
@@ -65,6 +68,8 @@ def run_tiled(
         Scheme.COPY: run.copy,
         Scheme.MATMUL: run.products,
         Scheme.MATRIX: run.matrix,
+        Scheme.WINDOW_SPLIT: run.window_split,
+        Scheme.MATRIX_SPLIT: run.matrix_split,
     }
     assert tiling.scheme is not None, tiling.reason
     scheme[tiling.scheme](tiling)
@@ -88,8 +93,10 @@ class _TiledRun:
         dram: Dram,
         chip: OnChip,
         matmul: MatmulFn,
+        acc: int,
     ) -> None:
         self.graph, self.index, self.node = graph, index, node
+        self.acc = acc
         self.op: Op = node.op  # type: ignore[attr-defined]
         self.stored = set(stored)
         self.dram, self.chip, self.matmul = dram, chip, matmul
@@ -209,6 +216,42 @@ class _TiledRun:
         group = 1 if geo.group == 1 else (c1 - c0) // geo.per_group_out
         return conv_nd(band, p.weight[c0:c1], bias, win, group, self.matmul)
 
+    # ---- window_split --------------------------------------------------------------------------
+    def window_split(self, tiling: Tiling) -> None:
+        """Output tiles accumulated over ``t_k``-channel chunks of their input box."""
+        op, graph = self.op, self.graph
+        geo = window_geometry_of(graph, op, self.node, node_row_map(graph, self.node))
+        assert geo is not None
+        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
+        x, out = graph.activation_inputs(op)[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        t_w, t_c, t_r, t_k = tiling.tile
+        n, c_in, height, width = geo.x
+        win: Window = geo.window  # type: ignore[assignment]
+        for c0 in range(0, geo.y[1], t_c):
+            c1 = min(c0 + t_c, geo.y[1])
+            for r0, r1, g0, g1 in geo.bands(t_r):
+                start, end = win.input_rows(r0, r1)
+                for w0, w1, f0, f1 in geo.strips(t_w):
+                    left, right = geo.col_span(w0, w1)
+                    tile_win = _box_window(geo, r0, w0, w1, r1)
+                    shape = (n, c1 - c0, r1 - r0, w1 - w0)
+                    self.hold(self.acc * math.prod(shape), out, "accumulator")
+                    total = np.zeros(shape, dtype=DTYPE)
+                    for k0 in range(0, c_in, t_k):
+                        k1 = min(k0 + t_k, c_in)
+                        part = self.fetch(x, (slice(None), slice(k0, k1), slice(g0, g1),
+                                              slice(f0, f1)))  # fmt: skip
+                        band = part[:, :, max(start, 0) - g0 : min(end, height) - g0,
+                                    max(left, 0) - f0 : min(right, width) - f0]  # fmt: skip
+                        total += conv_nd(band, p.weight[c0:c1, k0:k1], None, tile_win, 1,
+                                         self.matmul)  # fmt: skip
+                        self.free(part.size)
+                    if p.bias is not None:  # the epilogue, once per output tile
+                        total += p.bias[c0:c1].reshape(1, -1, 1, 1)
+                    box = (slice(None), slice(c0, c1), slice(r0, r1), slice(w0, w1))
+                    self.put(out, box, total)
+                    self.free(self.acc * math.prod(shape))
+
     # ---- reduce --------------------------------------------------------------------------------
     def reduce(self, tiling: Tiling) -> None:
         op, graph = self.op, self.graph
@@ -325,6 +368,35 @@ class _TiledRun:
         if held is not None:
             self.free(held[1].size)
 
+    def matrix_split(self, tiling: Tiling) -> None:
+        """Output boxes accumulated over ``t_k``-feature chunks of their input rows."""
+        graph = self.graph
+        assert tiling.chunks is not None
+        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
+        x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        axes = matrix_axes(graph, self.node)
+        assert axes is not None
+        axis = axes[0]
+        (t_k,) = tiling.tile
+        k = graph.tensors[x].shape[axis]
+        for box in tiling.chunks.boxes(graph.tensors[out].shape):
+            cols = box[axis]
+            size = math.prod(b.stop - b.start for b in box)
+            self.hold(self.acc * size, out, "accumulator")
+            total = np.zeros(tuple(b.stop - b.start for b in box), dtype=DTYPE)
+            for k0 in range(0, k, t_k):
+                feats = slice(k0, min(k0 + t_k, k))
+                part = self.fetch(x, tuple(feats if a == axis else b for a, b in enumerate(box)))
+                sub = replace(p, weight=p.weight[feats, cols], bias=None)
+                total += matrix_rows(sub, part, self.matmul)
+                self.free(part.size)
+            if p.bias is not None:  # the epilogue, once per output box
+                bias = p.bias if p.bias.ndim == 0 else p.bias[cols]
+                total += np.moveaxis(np.broadcast_to(bias, np.moveaxis(total, axis, -1).shape),
+                                     -1, axis)  # fmt: skip
+            self.put(out, box, total)
+            self.free(self.acc * size)
+
     # ---- matmul --------------------------------------------------------------------------------
     def products(self, tiling: Tiling) -> None:
         op, graph = self.op, self.graph
@@ -369,14 +441,17 @@ def _shift_channels(box: Box, c0: int) -> Box:
     return (box[0], slice(ch.start + c0, ch.stop + c0), *box[2:])
 
 
-def _box_window(geo: WindowGeometry, r: int, w0: int, w1: int) -> Window:
-    """The geometry of output row ``r``, columns ``[w0, w1)`` over their clipped input box
-    (missing halo becomes padding only where the full op had it, as in :meth:`Window.band`)."""
+def _box_window(geo: WindowGeometry, r: int, w0: int, w1: int, r1: int | None = None) -> Window:
+    """The geometry of output rows ``[r, r1)`` (default: row ``r``), columns ``[w0, w1)`` over
+    their clipped input box (missing halo becomes padding only where the full op had it, as in
+    :meth:`Window.band`)."""
     win: Window = geo.window  # type: ignore[assignment]
-    spans = (win.input_rows(r, r + 1), geo.col_span(w0, w1))
+    r1 = r + 1 if r1 is None else r1
+    spans = (win.input_rows(r, r1), geo.col_span(w0, w1))
     sizes = (geo.x[2], geo.x[3])
     begin, end = [], []
     for axis, ((start, stop), size) in enumerate(zip(spans, sizes)):
         begin.append(max(start, 0) - start)
         end.append(max(0, min(stop, size + win.pads_end[axis]) - size) if stop > size else 0)
-    return replace(win, pads_begin=tuple(begin), pads_end=tuple(end), out_spatial=(1, w1 - w0))
+    return replace(win, pads_begin=tuple(begin), pads_end=tuple(end),
+                   out_spatial=(r1 - r, w1 - w0))  # fmt: skip

@@ -25,6 +25,15 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   ``group == 1``, so the input is re-read once per output-channel tile; the channel tile's
   own groups otherwise). Input rows and columns no window reads are still fetched (a DRAM
   tensor is read in full). The pair with the least traffic is taken (ties: fewest tiles).
+- ``window_split`` — a Conv with ``group == 1`` whose one output column (every input channel
+  of its window) does not fit: the reduction axis is split. The output is cut into
+  ``t_c``-channel x ``t_r``-row x ``t_w``-column tiles; each tile's partial sums live in an
+  on-chip accumulator (:func:`acc_units` elements each) while its input box (the rows and
+  columns its windows read, halos included) is fetched ``t_k`` input channels at a time and
+  accumulated; the bias is added once and the tile written. Halo rows and columns are re-read
+  by the neighbouring tiles, the input once per output-channel tile; the least traffic is taken
+  (ties: fewest tiles). Taken only when no ``window`` tile fits. A tile shrinks to one output
+  element, which is its own accumulator, so partial sums are never spilled to DRAM.
 - ``reduce`` — batch-statistics BatchNormalization and global pools: per channel tile, a
   statistics pass reads the input box by box into per-channel accumulators; BatchNorm then
   reads it again to normalize and write the output (traffic ``2 x input + output``).
@@ -35,6 +44,11 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   output is cut into boxes with its feature axis innermost; each input box (all its
   features) is fetched once and stays while its output columns are computed block by
   block. Traffic is unchanged.
+- ``matrix_split`` — a ``matrix`` op whose one input vector (all its features) does not fit:
+  the output boxes hold partial sums (:func:`acc_units` elements each) while the box's input
+  rows are fetched ``t_k`` features at a time and accumulated; the bias is added once and the
+  box written. The input is re-read once per output-column block. Taken only when no
+  ``matrix`` box fits.
 - ``matmul`` — MatMul of two activations ``(..., M, K) @ (..., K, N)``: per batch index,
   output blocks of ``m`` rows and ``n`` columns; each block reads its rows of the left
   operand and its columns of the right one, so the right operand is re-read once per row
@@ -64,6 +78,7 @@ from fusiontune.sim.rows import WINDOW_ROW_AXIS, RowKind, row_axes, stats_axes
 Shape = tuple[int, ...]
 Box = tuple[slice, ...]
 MAX_CACHED = 65536
+PSUM_UNITS_DEFAULT = 2  # acc_units of the default hardware (8-bit activations, 16-bit sums)
 
 
 class Scheme(str, Enum):
@@ -75,6 +90,8 @@ class Scheme(str, Enum):
     COPY = "copy"
     MATMUL = "matmul"
     MATRIX = "matrix"
+    WINDOW_SPLIT = "window_split"
+    MATRIX_SPLIT = "matrix_split"
 
 
 @dataclass(frozen=True)
@@ -153,8 +170,10 @@ class Tiling:
         read_elems: elements the DMA fetches (re-reads included).
         write_elems: elements the DMA writes.
         peak_elems: the most elements on chip at once (for an infeasible op: what it needs).
-        chunks: the boxes of the ``point``, ``reduce`` and ``copy`` schemes.
-        tile: ``window``: ``(t_w, t_c)``; ``reduce``: ``(t_c,)``; ``matmul``: ``(m, n)``.
+        chunks: the boxes of the ``point``, ``reduce``, ``copy``, ``matrix`` and
+            ``matrix_split`` schemes.
+        tile: ``window``: ``(t_w, t_c)``; ``reduce``: ``(t_c,)``; ``matmul``: ``(m, n)``;
+            ``window_split``: ``(t_w, t_c, t_r, t_k)``; ``matrix_split``: ``(t_k,)``.
         reason: why the op cannot run even tiled (empty when it can).
         streamed: ``point``: per op input, read box by box (else held whole, read once).
     """
@@ -175,20 +194,32 @@ class Tiling:
 
 
 # ---- the decision and the cache -----------------------------------------------------------------
-_CACHE: OrderedDict[tuple[str, str, int, int], Tiling | None] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str, int, int, int], Tiling | None] = OrderedDict()
+
+
+def acc_units(hw: HardwareConfig) -> int:
+    """Buffer elements (of ``hw.act_bytes`` each) one partial sum takes: ``hw.psum_bits``, or
+    when unset :data:`fusiontune.sim.groupmodel.PSUM_BITS_PER_ACT_BIT` x ``hw.act_bits``
+    (ZigZag's convention), rounded up to whole activation elements."""
+    from fusiontune.sim.groupmodel import PSUM_BITS_PER_ACT_BIT
+
+    bits = hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits
+    return math.ceil(math.ceil(bits / 8) / hw.act_bytes)
 
 
 def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling | None:
     """The tiled schedule of ``group`` on ``hw``, or ``None`` when it runs by rows.
 
     Only a group of one op whose one-row schedule (:func:`fusiontune.sim.capacity.group_peak`)
-    overflows ``hw.buffer_bytes`` is tiled. Cached per (graph, op, buffer, act_bytes).
+    overflows ``hw.buffer_bytes`` is tiled. Cached per (graph, op, buffer, act_bytes,
+    partial-sum size).
     """
     if len(group.ops) != 1:
         return None
     ab = hw.act_bytes
     cap = hw.buffer_bytes // ab
-    key = (graph.structural_hash, group.ops[0], cap, ab)
+    acc = acc_units(hw)
+    key = (graph.structural_hash, group.ops[0], cap, ab, acc)
     if key in _CACHE:
         return _CACHE[key]
     from fusiontune.sim.capacity import group_peak
@@ -201,7 +232,7 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     whole = 2 * sum(_numel(graph, t) for t in tensors)  # > every tensor whole + accumulators
     if whole > cap and not _fits_by_rows(graph, solo, cap):
         (node,) = group_structure(graph, solo)
-        hit = plan_tiling(graph, node, stored_tensors(graph, solo), cap, ab)
+        hit = plan_tiling(graph, node, stored_tensors(graph, solo), cap, ab, acc)
         if not hit.feasible and hit.peak_elems == 0:
             full = group_peak(graph, solo)
             hit = Tiling(hit.op, None, peak_elems=full.elems,
@@ -226,9 +257,15 @@ def clear_cache() -> None:
 
 
 def plan_tiling(
-    graph: Graph, node: object, stored: Sequence[str], cap: int, act_bytes: int = 1
+    graph: Graph,
+    node: object,
+    stored: Sequence[str],
+    cap: int,
+    act_bytes: int = 1,
+    acc: int = PSUM_UNITS_DEFAULT,
 ) -> Tiling:
-    """The tiled schedule of a compiled singleton ``node`` in ``cap`` elements of buffer."""
+    """The tiled schedule of a compiled singleton ``node`` in ``cap`` elements of buffer
+    (``acc``: elements one partial sum takes, :func:`acc_units`)."""
     from fusiontune.sim.runner import node_row_map
 
     op: Op | None = node.op  # type: ignore[attr-defined]
@@ -241,7 +278,7 @@ def plan_tiling(
     if (p is not None and p.kind == "conv") or (
         op.op_class is OpClass.WINDOW and rm.kind is RowKind.WINDOW
     ):
-        plan = _plan_window(graph, op, node, rm, cap)
+        plan = _plan_window(graph, op, node, rm, cap, acc)
     elif uses_batch_stats(op) or rm.kind is RowKind.REDUCE:
         plan = _plan_reduce(graph, op, stored, cap)
     elif op.op_class is OpClass.LAYOUT:
@@ -251,7 +288,7 @@ def plan_tiling(
     elif op.op_type == "MatMul" and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
     elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
-        plan = _plan_matrix(graph, node, cap)
+        plan = _plan_matrix(graph, node, cap, acc)
     elif rm.kind is RowKind.POINT and p is None:
         plan = _plan_point(graph, op, rm.streamed, stored, cap)
     elif p is None and (
@@ -376,6 +413,19 @@ class WindowGeometry:
             out.append((w0, w1, f0, max(f1, f0)))
         return out
 
+    def bands(self, t_r: int) -> list[tuple[int, int, int, int]]:
+        """``(r0, r1, g0, g1)``: output rows and the input rows fetched for them, covering the
+        input's height without gaps (as :meth:`strips` does for columns)."""
+        height, h_out = self.x[2], self.y[2]
+        out: list[tuple[int, int, int, int]] = []
+        for r0 in range(0, h_out, t_r):
+            r1 = min(r0 + t_r, h_out)
+            start, end = self.window.input_rows(r0, r1)  # type: ignore[attr-defined]
+            g0 = 0 if not out else min(max(start, 0), out[-1][3])
+            g1 = height if r1 == h_out else min(max(end, 0), height)
+            out.append((r0, r1, g0, max(g1, g0)))
+        return out
+
     def in_channels(self, c0: int, c1: int) -> tuple[int, int]:
         """Input channels output channels ``[c0, c1)`` read."""
         if self.group == 1:
@@ -404,7 +454,9 @@ def window_geometry_of(graph: Graph, op: Op, node: object, rm: object) -> Window
     return WindowGeometry(xs, ys, xs[1], 1, 1, win)
 
 
-def _plan_window(graph: Graph, op: Op, node: object, rm: object, cap: int) -> Tiling:
+def _plan_window(
+    graph: Graph, op: Op, node: object, rm: object, cap: int, acc: int = PSUM_UNITS_DEFAULT
+) -> Tiling:
     geo = window_geometry_of(graph, op, node, rm)
     if geo is None or row_axes(graph)[op.outputs[0]] != WINDOW_ROW_AXIS:
         return _refuse(op.name, "only 2-D windows over NCHW rows are tiled")
@@ -434,6 +486,8 @@ def _plan_window(graph: Graph, op: Op, node: object, rm: object, cap: int) -> Ti
         tiles = math.ceil(c_out / t_c) * len(strips)
         if best is None or (traffic, tiles) < best[:2]:
             best = (traffic, tiles, t_w, t_c)
+    if best is None and geo.group == 1 and node.linear is not None:  # type: ignore[attr-defined]
+        return _plan_window_split(op.name, geo, cap, acc)
     if best is None:
         need = int(least)
         return _refuse(op.name, f"one output column of one channel needs {need:,} elements", need)
@@ -449,6 +503,54 @@ def window_peak(geo: WindowGeometry, t_w: int, t_c: int) -> int:
     i0, i1 = geo.in_channels(c0, c1)
     return max(m * n * (i1 - i0) * (f1 - f0) + n * (c1 - c0) * (w1 - w0)
                for w0, w1, f0, f1 in geo.strips(t_w))  # fmt: skip
+
+
+def _extents(spans: Sequence[tuple[int, int, int, int]]) -> set[tuple[int, int]]:
+    """The distinct (output length, fetched length) of strips or bands."""
+    return {(b - a, g1 - g0) for a, b, g0, g1 in spans}
+
+
+def _plan_window_split(name: str, geo: WindowGeometry, cap: int, acc: int) -> Tiling:
+    """``window_split`` (module docstring): the least-traffic (t_w, t_r, t_c, t_k)."""
+    n, c_in, c_out = geo.x[0], geo.x[1], geo.y[1]
+    best: tuple[int, int, tuple[int, int, int, int]] | None = None  # (traffic, tiles, tile)
+
+    def lengths(size: int) -> list[int]:  # one per tile count, longest first
+        return sorted({math.ceil(size / k) for k in range(1, size + 1)}, reverse=True)
+
+    for t_w in lengths(geo.y[3]):
+        strips = geo.strips(t_w)
+        cols = sum(f1 - f0 for *_, f0, f1 in strips)
+        for t_r in lengths(geo.y[2]):
+            bands = geo.bands(t_r)
+            pairs = [(ro * wo, gi * fi) for ro, gi in _extents(bands)
+                     for wo, fi in _extents(strips)]  # fmt: skip
+            # the most output channels with one input channel, then the most input channels
+            t_c = min([c_out] + [(cap - n * box) // (acc * n * out) for out, box in pairs])
+            if t_c < 1:
+                continue
+            t_k = min([c_in] + [(cap - acc * n * t_c * out) // (n * box) for out, box in pairs])
+            passes = math.ceil(c_out / t_c)
+            traffic = passes * n * c_in * cols * sum(g1 - g0 for *_, g0, g1 in bands)
+            tiles = passes * len(strips) * len(bands) * math.ceil(c_in / t_k)
+            if best is None or (traffic, tiles) < best[:2]:
+                best = (traffic, tiles, (t_w, t_c, t_r, t_k))
+    if best is None:
+        need = window_split_peak(geo, (1, 1, 1, 1), acc)
+        return _refuse(name, f"one output's accumulator and one input channel of its window "
+                             f"need {need:,} elements", need)  # fmt: skip
+    traffic, _, tile = best
+    return Tiling(name, Scheme.WINDOW_SPLIT, traffic, math.prod(geo.y),
+                  window_split_peak(geo, tile, acc), tile=tile)  # fmt: skip
+
+
+def window_split_peak(geo: WindowGeometry, tile: tuple[int, ...], acc: int) -> int:
+    """The ``window_split`` peak: the largest accumulator plus input box held together."""
+    t_w, t_c, t_r, t_k = tile
+    n, t_c, t_k = geo.x[0], min(t_c, geo.y[1]), min(t_k, geo.x[1])
+    return max(acc * n * t_c * ro * wo + n * t_k * gi * fi
+               for ro, gi in _extents(geo.bands(t_r))
+               for wo, fi in _extents(geo.strips(t_w)))  # fmt: skip
 
 
 # ---- reduce -----------------------------------------------------------------------------------
@@ -575,7 +677,7 @@ def matrix_axes(graph: Graph, node: object) -> tuple[int, int] | None:
     return axis, -1 if rows is None else rows
 
 
-def _plan_matrix(graph: Graph, node: object, cap: int) -> Tiling:
+def _plan_matrix(graph: Graph, node: object, cap: int, acc: int = PSUM_UNITS_DEFAULT) -> Tiling:
     name: str = node.name  # type: ignore[attr-defined]
     axes = matrix_axes(graph, node)
     if axes is None:
@@ -591,7 +693,35 @@ def _plan_matrix(graph: Graph, node: object, cap: int) -> Tiling:
 
     chunks = fit_chunks(ys, order, need, cap)
     if chunks is None:
-        least = xs[axis] + 1
-        return _refuse(name, f"one input vector and one output need {least:,} elements", least)
+        return _plan_matrix_split(node, ys, tuple(order), xs[axis], cap, acc)
     return Tiling(name, Scheme.MATRIX, math.prod(xs), math.prod(ys),
                   need(chunks.box_shape(ys)), chunks)  # fmt: skip
+
+
+def _plan_matrix_split(
+    node: object, ys: Shape, order: tuple[int, ...], k: int, cap: int, acc: int
+) -> Tiling:
+    """``matrix_split`` (module docstring): the largest output boxes whose partial sums and
+    one input feature of their rows fit, then the most features a chunk."""
+    name: str = node.name  # type: ignore[attr-defined]
+    p = node.linear  # type: ignore[attr-defined]
+    axis = order[-1]
+    if p.bias is not None and p.bias.ndim > 1:
+        return _refuse(name, "a full Gemm bias is not split by output columns")
+
+    def need(box: Shape, t_k: int = 1) -> int:
+        rows = math.prod(n for a, n in enumerate(box) if a != axis)
+        return acc * math.prod(box) + rows * t_k
+
+    chunks = fit_chunks(ys, order, need, cap)
+    if chunks is None:
+        least = acc + 1
+        return _refuse(name, f"one output's accumulator and one input feature need {least:,} "
+                             "elements", least)  # fmt: skip
+    box = chunks.box_shape(ys)
+    rows = math.prod(n for a, n in enumerate(box) if a != axis)
+    t_k = min(k, (cap - acc * math.prod(box)) // rows)
+    blocks = math.ceil(ys[axis] / box[axis])  # the input is re-read once per column block
+    reads = blocks * math.prod(ys) // ys[axis] * k  # the input differs only along axis
+    return Tiling(name, Scheme.MATRIX_SPLIT, reads, math.prod(ys),
+                  need(box, t_k), chunks, (t_k,))  # fmt: skip
