@@ -343,14 +343,19 @@ class _TiledRun:
             self.free(part.size)
 
     # ---- matrix ----------------------------------------------------------------------------------
-    def matrix(self, tiling: Tiling) -> None:
-        graph = self.graph
+    def _matrix_operands(self, tiling: Tiling) -> tuple[LinearParams, str, str, int]:
+        """A matrix op's parameters, input, output and feature axis."""
         assert tiling.chunks is not None
         p: LinearParams = self.node.linear  # type: ignore[attr-defined]
         x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
-        axes = matrix_axes(graph, self.node)
+        axes = matrix_axes(self.graph, self.node)
         assert axes is not None
-        axis = axes[0]
+        return p, x, out, axes[0]
+
+    def matrix(self, tiling: Tiling) -> None:
+        graph = self.graph
+        p, x, out, axis = self._matrix_operands(tiling)
+        assert tiling.chunks is not None
         held: tuple[Box, Array] | None = None  # the input box kept across column blocks
         for box in tiling.chunks.boxes(graph.tensors[out].shape):
             in_box = tuple(slice(None) if a == axis else b for a, b in enumerate(box))
@@ -371,12 +376,8 @@ class _TiledRun:
     def matrix_split(self, tiling: Tiling) -> None:
         """Output boxes accumulated over ``t_k``-feature chunks of their input rows."""
         graph = self.graph
+        p, x, out, axis = self._matrix_operands(tiling)
         assert tiling.chunks is not None
-        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
-        x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
-        axes = matrix_axes(graph, self.node)
-        assert axes is not None
-        axis = axes[0]
         (t_k,) = tiling.tile
         k = graph.tensors[x].shape[axis]
         for box in tiling.chunks.boxes(graph.tensors[out].shape):
