@@ -89,12 +89,8 @@ def hull_exact_bound(graph: Graph, hw: HardwareConfig) -> int:
             return hit
         ok = judged(model, ix, members, opaque, {})
         if ok:
-            gi = graph_index(model.graph)
-            desc = anc = 0
-            for i in bits(members):
-                desc |= gi.desc[i]
-                anc |= gi.anc[i]
-            names = tuple(model.st.graph_names[i] for i in bits(members | (desc & anc)))
+            hull = members | graph_index(model.graph).between(members, tuple(bits(members)))
+            names = tuple(model.st.graph_names[i] for i in bits(hull))
             if len(names) > 1 and not check_group(graph, names, Mode.STREAM):
                 limit = hw.buffer_bytes // hw.act_bytes
                 ok = group_peak(graph, Group(names, Mode.STREAM), limit).elems <= limit

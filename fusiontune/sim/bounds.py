@@ -162,12 +162,7 @@ def _possible(
     hit = cache.get(members)
     if hit is not None:
         return hit
-    gi = graph_index(model.graph)
-    desc = anc = 0
-    for i in bits(members):
-        desc |= gi.desc[i]
-        anc |= gi.anc[i]
-    hull = members | (desc & anc)
+    hull = members | graph_index(model.graph).between(members, tuple(bits(members)))
     ok = True
     hw = model.hw
     room = hw.buffer_bytes // hw.act_bytes  # elements
