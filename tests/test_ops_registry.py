@@ -26,6 +26,7 @@ from fusiontune.ops import (
     DEFAULT,
     REGISTRY,
     SAME_AS_REFERENCE,
+    PoolReduce,
     classify,
     infer_op_shapes,
     is_fc_like,
@@ -266,3 +267,44 @@ def test_simulate_verify_cli_names_self_compared_ops(capsys: pytest.CaptureFixtu
         "self-compared: 5 op(s) ran their reference kernel in both runs (Relu x4, Flatten x1)"
         in (capsys.readouterr().out)
     )
+
+
+# ---- executor schemes: the OpDef fields the simulator branches on ------------------------------
+_FOLD = {PoolReduce.MAX: np.max, PoolReduce.MEAN: np.mean}
+
+
+@pytest.mark.parametrize(
+    "op_type", sorted(t for t, d in REGISTRY.items() if d.pool_reduce is not None)
+)
+def test_pool_reduce_is_what_the_reference_computes(op_type: str) -> None:
+    """A pool the executor folds row by row by ``pool_reduce`` computes that fold: a global
+    pool over all spatial positions, a window pool over non-overlapping 2x2 windows."""
+    d = REGISTRY[op_type]
+    assert d.pool_reduce is not None
+    x = rnd(1, 2, 4, 6)
+    if d.global_pool:
+        op = Op("p", op_type, ("x",), ("y",))
+        want = _FOLD[d.pool_reduce](x, axis=(2, 3), keepdims=True)
+    else:
+        op = Op("p", op_type, ("x",), ("y",), {"kernel_shape": (2, 2), "strides": (2, 2)})
+        want = _FOLD[d.pool_reduce](x.reshape(1, 2, 2, 2, 3, 2), axis=(3, 5))
+    np.testing.assert_allclose(run_reference(op, [x])[0], want, rtol=1e-6)
+
+
+def test_scheme_fields_are_set_on_the_ops_the_executor_tiles() -> None:
+    """The ops whose executor schemes these fields select keep them (a lost field would make
+    the executor fall back to a whole-array or refused schedule without an error)."""
+    by_field = {
+        "two_pass_stats": {"BatchNormalization"},
+        "concatenates": {"Concat"},
+        "activation_matmul": {"MatMul"},
+        "pool_reduce": {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"},
+        "stats_axes": {"LayerNormalization", "Softmax", "LogSoftmax", "LpNormalization"},
+        "row_local": {"Gemm"},
+    }
+    for name, types in by_field.items():
+        have = {t for t, d in REGISTRY.items() if getattr(d, name) not in (None, False)}
+        assert types <= have, f"{name}: {sorted(types - have)} lost it"
+    ln = Op("ln", "LayerNormalization", ("x", "g", "b"), ("y",), {"axis": -2})
+    axes_of = REGISTRY["LayerNormalization"].stats_axes
+    assert axes_of is not None and axes_of(ln, 4) == frozenset({2, 3})

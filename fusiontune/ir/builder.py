@@ -14,7 +14,12 @@ import numpy as np
 from fusiontune.errors import ShapeError
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ops import infer_op_shapes
-from fusiontune.ops.norm import BATCH_NORM, BN_MOMENTUM, NORM_EPSILON
+from fusiontune.ops.layout import FLATTEN, RESHAPE
+from fusiontune.ops.linear import CONV, CONV_TRANSPOSE, GEMM, MATMUL
+from fusiontune.ops.norm import BATCH_NORM, BN_MOMENTUM, LAYER_NORM, NORM_EPSILON
+from fusiontune.ops.pointwise import ADD, RELU
+from fusiontune.ops.resize import RESIZE
+from fusiontune.ops.window import AVERAGE_POOL, GLOBAL_AVERAGE_POOL, MAX_POOL
 
 
 class GraphBuilder:
@@ -129,7 +134,7 @@ class GraphBuilder:
             "dilations": (dilation, dilation),
             "group": group,
         }
-        return self.op("Conv", ins, attrs, name=name)
+        return self.op(CONV, ins, attrs, name=name)
 
     def conv_transpose(
         self,
@@ -155,7 +160,7 @@ class GraphBuilder:
             "output_padding": (output_padding, output_padding),
             "group": group,
         }
-        return self.op("ConvTranspose", ins, attrs, name=name)
+        return self.op(CONV_TRANSPOSE, ins, attrs, name=name)
 
     def resize(
         self,
@@ -174,7 +179,7 @@ class GraphBuilder:
             "coordinate_transformation_mode": coordinate_transformation_mode,
             "nearest_mode": "floor",
         }
-        return self.op("Resize", [x, "", scales], attrs, name=name)
+        return self.op(RESIZE, [x, "", scales], attrs, name=name)
 
     def bn(self, x: str, training: bool = False, name: str | None = None) -> str:
         name = name or self.fresh("bn")
@@ -196,26 +201,26 @@ class GraphBuilder:
         k = self.shape(x)[-1]
         w = self.weight(f"{name}.weight", (n_out, k), k)
         ins = [x, w] + ([self.bias(f"{name}.bias", n_out)] if bias else [])
-        return self.op("Gemm", ins, {"transB": 1}, name=name)
+        return self.op(GEMM, ins, {"transB": 1}, name=name)
 
     def matmul(self, x: str, n_out: int, bias: bool = True, name: str | None = None) -> str:
         """Fully connected layer as MatMul (+ Add of a constant bias), as exporters emit it."""
         name = name or self.fresh("matmul")
         k = self.shape(x)[-1]
         w = self.weight(f"{name}.weight", (k, n_out), k)
-        y = self.op("MatMul", [x, w], name=name)
+        y = self.op(MATMUL, [x, w], name=name)
         if bias:
-            y = self.op("Add", [y, self.bias(f"{name}.bias", n_out)], name=f"{name}_bias")
+            y = self.op(ADD, [y, self.bias(f"{name}.bias", n_out)], name=f"{name}_bias")
         return y
 
     def act(self, op_type: str, x: str, name: str | None = None, **attrs: Any) -> str:
         return self.op(op_type, [x], attrs, name=name)
 
     def relu(self, x: str, name: str | None = None) -> str:
-        return self.op("Relu", [x], name=name)
+        return self.op(RELU, [x], name=name)
 
     def add(self, a: str, b: str, name: str | None = None) -> str:
-        return self.op("Add", [a, b], name=name)
+        return self.op(ADD, [a, b], name=name)
 
     def maxpool(
         self,
@@ -233,25 +238,25 @@ class GraphBuilder:
             "pads": (pad,) * 4,
             "ceil_mode": ceil_mode,
         }
-        return self.op("MaxPool", [x], attrs, name=name)
+        return self.op(MAX_POOL, [x], attrs, name=name)
 
     def avgpool(
         self, x: str, k: int, stride: int | None = None, pad: int = 0, name: str | None = None
     ) -> str:
         s = k if stride is None else stride
         attrs = {"kernel_shape": (k, k), "strides": (s, s), "pads": (pad,) * 4}
-        return self.op("AveragePool", [x], attrs, name=name)
+        return self.op(AVERAGE_POOL, [x], attrs, name=name)
 
     def global_avgpool(self, x: str, name: str | None = None) -> str:
-        return self.op("GlobalAveragePool", [x], name=name)
+        return self.op(GLOBAL_AVERAGE_POOL, [x], name=name)
 
     def flatten(self, x: str, axis: int = 1, name: str | None = None) -> str:
-        return self.op("Flatten", [x], {"axis": axis}, name=name)
+        return self.op(FLATTEN, [x], {"axis": axis}, name=name)
 
     def reshape(self, x: str, shape: Sequence[int], name: str | None = None) -> str:
         name = name or self.fresh("reshape")
         s = self.const(f"{name}.shape", np.asarray(shape, dtype=np.int64))
-        return self.op("Reshape", [x, s], name=name)
+        return self.op(RESHAPE, [x, s], name=name)
 
     def layernorm(self, x: str, axis: int = -1, name: str | None = None) -> str:
         name = name or self.fresh("layernorm")
@@ -260,6 +265,4 @@ class GraphBuilder:
             f"{name}.scale", (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
         )
         b = self.const(f"{name}.bias", (0.1 * self.rng.standard_normal(n)).astype(np.float32))
-        return self.op(
-            "LayerNormalization", [x, g, b], {"axis": axis, "epsilon": NORM_EPSILON}, name=name
-        )
+        return self.op(LAYER_NORM, [x, g, b], {"axis": axis, "epsilon": NORM_EPSILON}, name=name)

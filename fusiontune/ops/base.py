@@ -79,6 +79,13 @@ AffineFn = Callable[["Graph", "Op", int, int], "tuple[Array, Array] | None"]
 with ``op(x) == x * scale + shift``, or ``None`` when the op is not such a map there."""
 
 
+class PoolReduce(str, Enum):
+    """How a pool folds the input rows of one window (or of the whole input) into a value."""
+
+    MAX = "max"
+    MEAN = "mean"
+
+
 @dataclass(frozen=True)
 class Affine:
     """An AFFINE op as ``y = x * scale + shift``.
@@ -203,6 +210,24 @@ class OpDef:
         reorders: a LAYOUT op that moves elements (Transpose); the other LAYOUT ops are views
             that keep the element order (a merge chain follows its feature axis through them).
 
+    Executor schemes (``sim/rows.py``, ``sim/runner.py``, ``sim/tiling.py``, ``sim/tiled_run.py``):
+        pool_reduce: a pool the executor folds row by row (:class:`PoolReduce`, the max or
+            the mean of the rows): a global pool then streams into an accumulator and is
+            tiled by channels, a window pool whose windows do not overlap along rows folds
+            each input row into its output row. ``None``: no row-wise fold (LpPool).
+        two_pass_stats: per-channel mean and variance over ``(N, spatial)``, then
+            ``y = x * scale + shift`` with ``scale = γ/√(σ²+ε)`` from inputs 1, 2 and
+            ``epsilon`` (BatchNormalization with batch statistics): tiled as a statistics pass
+            and a normalizing pass over channel tiles.
+        stats_axes: ``stats_axes(op, rank) -> axes`` a STATS op reduces over, for an input of
+            that rank; ``None``: unknown to the executor (it then never streams the op by rows).
+        row_local: ``row_local(graph, op)`` of a LINEAR matrix op (Gemm, MatMul): output row
+            ``r`` reads input row ``r`` only; ``None``: always.
+        concatenates: joins its inputs along its ``axis`` attribute (Concat): tiled as a copy
+            of each input into its slot.
+        activation_matmul: with two activation operands, a numpy matrix product
+            ``(..., M, K) x (..., K, N)`` (MatMul): tiled by boxes of the output.
+
     ONNX files:
         operand: an attribute that became an input at some opset (the exporter moves it).
         export: the op's ONNX form at an opset, where it is more than moving ``operand``.
@@ -240,6 +265,12 @@ class OpDef:
     dtype_attr: str | None = None
     data_input: int = 0
     static_value: Callable[[Op, Shape], Array] | None = None
+    pool_reduce: PoolReduce | None = None
+    two_pass_stats: bool = False
+    stats_axes: Callable[[Op, int], frozenset[int]] | None = None
+    row_local: Callable[[Graph, Op], bool] | None = None
+    concatenates: bool = False
+    activation_matmul: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))

@@ -158,9 +158,13 @@ def _transpose(op: Op, inputs: Inputs) -> list[Array]:
 _LAYOUT = one_activation(OpClass.LAYOUT)
 _AXES_INPUT = OperandMove("axes", 1, SQUEEZE_AXES_INPUT_SINCE)
 
+RESHAPE = "Reshape"
+FLATTEN = "Flatten"
+"""Op types the graph builder (``ir/builder.py``) emits."""
+
 OPS: tuple[OpDef, ...] = (
-    OpDef("Reshape", _LAYOUT, {"allowzero": 0}, shape=_reshape_shape, reference=_reshape),
-    OpDef("Flatten", _LAYOUT, {"axis": 1}, shape=_flatten_shape, reference=_flatten),
+    OpDef(RESHAPE, _LAYOUT, {"allowzero": 0}, shape=_reshape_shape, reference=_reshape),
+    OpDef(FLATTEN, _LAYOUT, {"axis": 1}, shape=_flatten_shape, reference=_flatten),
     OpDef("Squeeze", _LAYOUT, shape=_squeeze_shape, reference=_squeeze, operand=_AXES_INPUT),
     OpDef("Unsqueeze", _LAYOUT, shape=_unsqueeze_shape, reference=_unsqueeze, operand=_AXES_INPUT),
     OpDef("Transpose", _LAYOUT, shape=_transpose_shape, reference=_transpose, reorders=True),

@@ -643,9 +643,27 @@ def conv_kernel_shape(graph: Graph, op: Op) -> Shape:
 
 _CONV_DEFAULTS = {"group": 1, "auto_pad": "NOTSET"}
 
+
+def _gemm_row_local(graph: Graph, op: Op) -> bool:
+    """A Gemm streams by rows of ``A`` unless ``A`` is transposed or its bias varies along
+    ``M`` (the bias would have to be cut into rows too)."""
+    if attr_i(op, "transA"):
+        return False
+    if len(op.inputs) < 3 or not op.inputs[2]:
+        return True
+    c = graph.tensors[op.inputs[2]].shape
+    return not (len(c) == 2 and c[0] > 1)
+
+
+CONV = "Conv"
+CONV_TRANSPOSE = "ConvTranspose"
+GEMM = "Gemm"
+MATMUL = "MatMul"
+"""Op types the graph builder (``ir/builder.py``) emits."""
+
 OPS: tuple[OpDef, ...] = (
     OpDef(
-        "Conv",
+        CONV,
         linear_rule,
         defaults=_CONV_DEFAULTS,
         shape=_conv_shape,
@@ -657,7 +675,7 @@ OPS: tuple[OpDef, ...] = (
         fc_like=_conv_fc_like,
     ),
     OpDef(
-        "Gemm",
+        GEMM,
         linear_rule,
         defaults={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0},
         shape=_gemm_shape,
@@ -665,18 +683,20 @@ OPS: tuple[OpDef, ...] = (
         reference=_gemm,
         matrix=_gemm_matrix,
         fc_like=lambda graph, op: attr_i(op, "transA") == 0,
+        row_local=_gemm_row_local,
     ),
     OpDef(
-        "MatMul",
+        MATMUL,
         linear_rule,
         shape=_matmul_shape,
         lint_opaque=True,
         reference=_matmul,
         matrix=_matmul_matrix,
         fc_like=lambda graph, op: len(graph.tensors[op.inputs[1]].shape) == 2,
+        activation_matmul=True,
     ),
     OpDef(
-        "ConvTranspose",
+        CONV_TRANSPOSE,
         linear_rule,
         defaults=_CONV_DEFAULTS,
         shape=_conv_transpose_shape,

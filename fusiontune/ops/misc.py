@@ -341,7 +341,7 @@ def _split_export(
 
 
 OPS: tuple[OpDef, ...] = (
-    OpDef("Concat", shape=_concat_shape, lint_opaque=True, reference=_concat),
+    OpDef("Concat", shape=_concat_shape, lint_opaque=True, reference=_concat, concatenates=True),
     OpDef(
         "Shape",
         defaults={"start": 0},

@@ -381,6 +381,25 @@ def _reduce_def(op_type: str, fn: ReduceFn) -> OpDef:
 
 _ARG_DEFAULTS = {"axis": 0, "keepdims": 1, "select_last_index": 0}
 
+
+def _axis(op: Op, rank: int) -> int:
+    a = attr_i(op, "axis")
+    return a + rank if a < 0 else a
+
+
+def _from_axis(op: Op, rank: int) -> frozenset[int]:
+    """LayerNormalization's statistics axes: ``axis`` and every axis after it."""
+    return frozenset(range(_axis(op, rank), rank))
+
+
+def _one_axis(op: Op, rank: int) -> frozenset[int]:
+    """The one ``axis`` of a softmax or an Lp normalization (as the reference kernels)."""
+    return frozenset({_axis(op, rank)})
+
+
+LAYER_NORM = "LayerNormalization"
+"""Op type the graph builder (``ir/builder.py``) emits (with :data:`BATCH_NORM`)."""
+
 OPS: tuple[OpDef, ...] = (
     OpDef(
         BATCH_NORM,
@@ -394,15 +413,17 @@ OPS: tuple[OpDef, ...] = (
         affine=Affine(AffineKind.CHANNEL, _bn_coeffs),
         training=is_training,
         export=_bn_export,
+        two_pass_stats=True,
     ),
     OpDef(
-        "LayerNormalization",
+        LAYER_NORM,
         _STATS,
         {**_NORM_EPS, **_AXIS_LAST, "stash_type": 1},
         shape=_layernorm_shape,
         reference=_layernorm,
         fused=_layernorm_fused,
         held=_one_slice,
+        stats_axes=_from_axis,
     ),
     OpDef(
         "InstanceNormalization",
@@ -427,10 +448,25 @@ OPS: tuple[OpDef, ...] = (
         shape=same_shape,
         reference=_lpnorm,
         held=_one_slice,
+        stats_axes=_one_axis,
     ),
-    OpDef("Softmax", _STATS, _AXIS_LAST, shape=same_shape, reference=_softmax, held=_one_slice),
     OpDef(
-        "LogSoftmax", _STATS, _AXIS_LAST, shape=same_shape, reference=_log_softmax, held=_one_slice
+        "Softmax",
+        _STATS,
+        _AXIS_LAST,
+        shape=same_shape,
+        reference=_softmax,
+        held=_one_slice,
+        stats_axes=_one_axis,
+    ),
+    OpDef(
+        "LogSoftmax",
+        _STATS,
+        _AXIS_LAST,
+        shape=same_shape,
+        reference=_log_softmax,
+        held=_one_slice,
+        stats_axes=_one_axis,
     ),
     *(_reduce_def(t, fn) for t, fn in REDUCERS.items()),
     OpDef("ArgMax", defaults=_ARG_DEFAULTS, reference=_argreduce),

@@ -248,8 +248,12 @@ def _arithmetic(op_type: str, fn: BinaryFn) -> OpDef:
     )
 
 
+RELU = "Relu"
+ADD = "Add"
+"""Op types the graph builder (``ir/builder.py``) emits."""
+
 OPS: tuple[OpDef, ...] = (
-    _elementwise("Relu", lambda x, op: np.maximum(x, np.zeros((), x.dtype))),
+    _elementwise(RELU, lambda x, op: np.maximum(x, np.zeros((), x.dtype))),
     _elementwise(
         "LeakyRelu", lambda x, op: np.where(x >= 0, x, attr_f(op, "alpha") * x), alpha=0.01
     ),
@@ -328,7 +332,7 @@ OPS: tuple[OpDef, ...] = (
         affine=_scalar(1.0),
         out_dtypes={1: "bool"},
     ),
-    _arithmetic("Add", np.add),
+    _arithmetic(ADD, np.add),
     _arithmetic("Sub", np.subtract),
     _arithmetic("Mul", np.multiply),
     _arithmetic("Div", _div),

@@ -304,9 +304,12 @@ _RESIZE_DEFAULTS = {
     "extrapolation_value": 0.0,
 }
 
+RESIZE = "Resize"
+"""Op type the graph builder (``ir/builder.py``) emits."""
+
 OPS: tuple[OpDef, ...] = (
     OpDef(
-        "Resize",
+        RESIZE,
         one_activation(OpClass.ELEMWISE),
         defaults=_RESIZE_DEFAULTS,
         shape=_resize_shape,

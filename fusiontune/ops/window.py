@@ -29,6 +29,7 @@ from fusiontune.ops.base import (
     Inputs,
     Kernel,
     OpDef,
+    PoolReduce,
     Shape,
     Shapes,
     Tensors,
@@ -379,13 +380,32 @@ def _global_pool_def(op_type: str, reference: Kernel, **facts: Any) -> OpDef:
     )
 
 
+MAX_POOL = "MaxPool"
+AVERAGE_POOL = "AveragePool"
+GLOBAL_AVERAGE_POOL = "GlobalAveragePool"
+"""Op types the graph builder (``ir/builder.py``) emits."""
+
 OPS: tuple[OpDef, ...] = (
-    _spatial_pool("MaxPool", _maxpool, _max_band, {"storage_order": 0}, out_dtypes={1: "int64"}),
     _spatial_pool(
-        "AveragePool", _averagepool, _avg_band, {"count_include_pad": 0}, linear_map=True
+        MAX_POOL,
+        _maxpool,
+        _max_band,
+        {"storage_order": 0},
+        out_dtypes={1: "int64"},
+        pool_reduce=PoolReduce.MAX,
+    ),
+    _spatial_pool(
+        AVERAGE_POOL,
+        _averagepool,
+        _avg_band,
+        {"count_include_pad": 0},
+        linear_map=True,
+        pool_reduce=PoolReduce.MEAN,
     ),
     _spatial_pool("LpPool", _lppool, None, {"p": 2}),
-    _global_pool_def("GlobalAveragePool", _global_pool(np.mean), linear_map=True),
-    _global_pool_def("GlobalMaxPool", _global_pool(np.max)),
+    _global_pool_def(
+        GLOBAL_AVERAGE_POOL, _global_pool(np.mean), linear_map=True, pool_reduce=PoolReduce.MEAN
+    ),
+    _global_pool_def("GlobalMaxPool", _global_pool(np.max), pool_reduce=PoolReduce.MAX),
     OpDef("GlobalLpPool", defaults={"p": 2}, shape=_global_shape, reference=_global_lppool),
 )

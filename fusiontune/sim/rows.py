@@ -40,7 +40,6 @@ from functools import lru_cache
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import RowSpans, def_of, is_global_pool, kernel_shape, row_spans
-from fusiontune.ops.base import attr
 from fusiontune.ops.window import Window, window_geometry
 
 WINDOW_ROW_AXIS = 2  # the first spatial axis of NCHW-like tensors
@@ -130,10 +129,11 @@ def row_elems(graph: Graph, tensor: str) -> int:
 
 
 def _spatial_window(graph: Graph, op: Op) -> bool:
-    """A Conv or pooling op sliding a window over spatial axes (1x1 included)."""
-    if op.op_class is OpClass.LINEAR and op.op_type == "Conv":
-        return True
-    return op.op_class is OpClass.WINDOW and not is_global_pool(op) and is_window_op(graph, op)
+    """A Conv or pooling op sliding a window over spatial axes (1x1 included): a LINEAR or
+    WINDOW op with a kernel window that is not an upsampling op's row spans."""
+    if op.op_class not in (OpClass.LINEAR, OpClass.WINDOW) or is_global_pool(op):
+        return False
+    return def_of(op).spans is None and is_window_op(graph, op)
 
 
 def is_window_op(graph: Graph, op: Op) -> bool:
@@ -169,7 +169,7 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
             return whole
         return RowMap(RowKind.SPAN, tuple(t == x[0] for t in op.inputs), spans=spans)
     if is_global_pool(op):
-        if x and axes[x[0]] is not None and def_of(op).op_type in REDUCIBLE_POOLS:
+        if x and axes[x[0]] is not None and def_of(op).pool_reduce is not None:
             return RowMap(RowKind.REDUCE, tuple(t == x[0] for t in op.inputs))
         return whole
     if _spatial_window(graph, op):
@@ -181,7 +181,7 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
         win = window_geometry(op, shape[2:], kernel_shape(graph, op))
         data = tuple(t == x[0] for t in op.inputs)
         accumulate = (
-            op.op_type in ACCUMULATING_POOLS
+            def_of(op).pool_reduce is not None
             and win.strides[0] == win.effective[0]
             and win.pads_begin[0] == win.pads_end[0] == 0
             and win.out_spatial[0] * win.strides[0] == shape[2]
@@ -191,7 +191,8 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
     if axis is None:
         return whole
     if op.op_class is OpClass.LINEAR:  # Gemm / MatMul with a constant weight
-        if op.op_type == "Gemm" and (int(attr(op, "transA")) or _full_bias(graph, op)):
+        row_local = def_of(op).row_local
+        if row_local is not None and not row_local(graph, op):
             return whole
         ok = _aligned(graph, x[0], axis, h_out) and axes[x[0]] == len(graph.tensors[x[0]].shape) - 2
         return RowMap(RowKind.POINT, tuple(t == x[0] for t in op.inputs)) if ok else whole
@@ -212,22 +213,8 @@ def _row_map(graph: Graph, op: Op) -> RowMap:
     return whole
 
 
-REDUCIBLE_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
-"""Global pools the executor folds row by row (sum or max of rows)."""
-ACCUMULATING_POOLS = frozenset({"MaxPool", "AveragePool"})
-"""Pools that fold non-overlapping rows into their output row (max or mean of rows)."""
-
-
 def _used(graph: Graph, tensor: str) -> bool:
     return tensor in graph.outputs or bool(graph.consumer_map.get(tensor))
-
-
-def _full_bias(graph: Graph, op: Op) -> bool:
-    """A Gemm bias that varies along M (it would have to be cut into rows too)."""
-    if len(op.inputs) < 3 or not op.inputs[2]:
-        return False
-    c = graph.tensors[op.inputs[2]].shape
-    return len(c) == 2 and c[0] > 1
 
 
 def _aligned(graph: Graph, tensor: str, axis: int, h_out: int) -> bool:
@@ -251,19 +238,10 @@ def _row_local_stats(graph: Graph, op: Op, axis: int) -> bool:
 
 
 def stats_axes(graph: Graph, op: Op) -> frozenset[int] | None:
-    """Axes a STATS op reduces over (``None``: unknown to the executor)."""
+    """Axes a STATS op reduces over (``None``: unknown to the executor), from its
+    :attr:`~fusiontune.ops.OpDef.stats_axes`."""
     x = graph.activation_inputs(op)
-    if not x:
+    fn = def_of(op).stats_axes
+    if not x or fn is None:
         return None
-    rank = len(graph.tensors[x[0]].shape)
-
-    def norm(a: int) -> int:
-        return a + rank if a < 0 else a
-
-    kind = op.op_type
-    if kind == "LayerNormalization":
-        return frozenset(range(norm(int(attr(op, "axis"))), rank))
-    if kind in ("Softmax", "LogSoftmax", "LpNormalization"):
-        return frozenset({norm(int(attr(op, "axis")))})  # one axis, as the reference kernels
-        return frozenset({norm(int(attr(op, "axis")))})
-    return None
+    return fn(op, len(graph.tensors[x[0]].shape))

@@ -33,7 +33,7 @@ import numpy as np
 
 from fusiontune.errors import CapacityError, IllegalPlanError
 from fusiontune.ir.graph import Graph
-from fusiontune.ops import DTYPE, RowBand, def_of, run_fused
+from fusiontune.ops import DTYPE, PoolReduce, RowBand, def_of, run_fused
 from fusiontune.ops.linear import (
     LinearParams,
     MatmulFn,
@@ -419,19 +419,18 @@ class GroupRunner:
             dilations=(1, *rm.window.dilations[1:]),
             out_spatial=(1, *rm.window.out_spatial[1:]),
         )
-        band = def_of(op).band
+        band, is_max = def_of(op).band, def_of(op).pool_reduce is PoolReduce.MAX
         assert band is not None
         self.chip.alloc(out_slot.row_bytes, out_slot.name, "accumulated row")
         acc: Array | None = None
         for j in range(r * k, r * k + k):
             self.ensure(x.name, j + 1)
             part = band(op, x.get(j, j + 1), one_row)
-            acc = part if acc is None else (np.maximum(acc, part) if op.op_type == "MaxPool"
-                                             else acc + part)  # fmt: skip
+            acc = part if acc is None else (np.maximum(acc, part) if is_max else acc + part)
             x.readers[node.name] = j + 1  # type: ignore[attr-defined]
             self._release_to_readers(x)
         assert acc is not None
-        rows = acc if op.op_type == "MaxPool" else (acc / k).astype(DTYPE)
+        rows = acc if is_max else (acc / k).astype(DTYPE)
         self.chip.free(out_slot.row_bytes)  # the partial row becomes the output row
         rows = self._epilogue(node, rows, r, r + 1)
         self._append(out_slot, r, rows, "computed rows")
@@ -524,7 +523,7 @@ class GroupRunner:
         acc_shape = (shape[0], shape[1]) + (1,) * (len(shape) - 2)
         acc_bytes = shape[0] * shape[1] * self.dram.act_bytes
         self.chip.alloc(acc_bytes, op.outputs[0], "accumulator")
-        is_max = op.op_type == "GlobalMaxPool"
+        is_max = def_of(op).pool_reduce is PoolReduce.MAX
         acc = np.full(acc_shape, -np.inf if is_max else 0.0, dtype=np.float64)
         spatial = tuple(range(2, len(shape)))
         a = 0

@@ -18,7 +18,7 @@ import numpy as np
 
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
-from fusiontune.ops import DTYPE, def_of, run_fused
+from fusiontune.ops import DTYPE, AffineKind, PoolReduce, affine_kind, def_of, run_fused
 from fusiontune.ops.base import attr_f
 from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd
 from fusiontune.ops.window import Window
@@ -261,7 +261,7 @@ class _TiledRun:
         n, c = xs[0], xs[1]
         (t_c,) = tiling.tile
         spatial = tuple(range(2, len(xs)))
-        bn = op.op_type == "BatchNormalization"
+        bn = def_of(op).two_pass_stats
         count = n * math.prod(xs[2:])
         for c0 in range(0, c, t_c):
             c1 = min(c0 + t_c, c)
@@ -271,7 +271,7 @@ class _TiledRun:
             boxes = list(tiling.chunks.boxes(tile_shape))
             s1 = np.zeros(c1 - c0) if bn else None
             s2 = np.zeros(c1 - c0) if bn else None
-            is_max = op.op_type == "GlobalMaxPool"
+            is_max = def_of(op).pool_reduce is PoolReduce.MAX
             pool = np.full((n, c1 - c0), -np.inf if is_max else 0.0)
             for box in boxes:  # pass 1: statistics
                 part = self.fetch(x, _shift_channels(box, c0))
@@ -312,7 +312,7 @@ class _TiledRun:
     def copy(self, tiling: Tiling) -> None:
         op, graph = self.op, self.graph
         out = next(t for t in op.outputs if t)
-        if op.op_type == "Concat":
+        if def_of(op).concatenates:
             axis = int(op.attr("axis"))
             axis %= len(graph.tensors[out].shape)
             offset = 0
@@ -423,10 +423,11 @@ class _TiledRun:
 
 # ---- helpers -----------------------------------------------------------------------------------
 def _const_box(op: Op, k: int, value: Array, rank: int, box: Box) -> Array:
-    """A constant input's part for an output box (BatchNormalization: per-channel vectors)."""
+    """A constant input's part for an output box (the vectors of a per-channel affine op,
+    BatchNormalization, along axis 1)."""
     if value.ndim == 0:
         return value
-    if op.op_type == "BatchNormalization" and k >= 1 and value.ndim == 1:
+    if affine_kind(op) is AffineKind.CHANNEL and k >= 1 and value.ndim == 1:
         return value[box[1]]
     return value[input_box(value.shape, rank, box)]
 

@@ -283,9 +283,9 @@ def plan_tiling(
         plan = _plan_reduce(graph, op, stored, cap)
     elif op.op_class is OpClass.LAYOUT:
         plan = _plan_copy(graph, op, cap)
-    elif op.op_type == "Concat":
+    elif def_of(op).concatenates:
         plan = _plan_concat(graph, op, cap)
-    elif op.op_type == "MatMul" and p is None and len(graph.activation_inputs(op)) == 2:
+    elif def_of(op).activation_matmul and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
     elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
         plan = _plan_matrix(graph, node, cap, acc)
@@ -558,16 +558,14 @@ def _plan_reduce(graph: Graph, op: Op, stored: Sequence[str], cap: int) -> Tilin
     x = graph.activation_inputs(op)
     if not x or len(_shape(graph, x[0])) < 3:
         return _refuse(op.name, "only (N, C, ...) inputs are reduced by channel tiles")
-    if op.op_type != "BatchNormalization" and not (
-        is_global_pool(op) and op.op_type in ("GlobalAveragePool", "GlobalMaxPool")
-    ):
+    two_pass = def_of(op).two_pass_stats
+    if not two_pass and not (is_global_pool(op) and def_of(op).pool_reduce is not None):
         return _refuse(op.name, f"{op.op_type} has no channel-tiled statistics pass")
     out = op.outputs[0]
     if any(t != out for t in stored):
         return _refuse(op.name, "only the normalized output is written by the tiled passes")
     xs = _shape(graph, x[0])
     n, c = xs[0], xs[1]
-    two_pass = op.op_type == "BatchNormalization"
     # per channel: BN holds (sum, sum of squares), a pool one value per sample
     acc_per_c = 2 if two_pass else n
     per_box = 2 if two_pass else 1  # BN's second pass holds an input and an output box
