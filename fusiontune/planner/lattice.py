@@ -67,7 +67,7 @@ class Accumulator(Protocol):
 
 
 @dataclass(frozen=True, eq=False)
-class _Static:
+class WalkMasks:
     """Per-graph masks the walk reads (index = topological position)."""
 
     ix: GraphIndex
@@ -82,7 +82,8 @@ class _Static:
 
 
 @lru_cache(maxsize=16)
-def _static(graph: Graph) -> _Static:
+def walk_masks(graph: Graph) -> WalkMasks:
+    """The per-graph masks of ``graph`` (cached); ``sim/bounds.py`` reads them too."""
     ix = graph_index(graph)
     masks = {cls: 0 for cls in OpClass}
     p1 = fc = 0
@@ -92,7 +93,7 @@ def _static(graph: Graph) -> _Static:
             p1 |= 1 << i
         if cls is OpClass.LINEAR and is_fc_like(graph, graph.ops[i]):
             fc |= 1 << i
-    return _Static(
+    return WalkMasks(
         ix=ix,
         n=ix.n,
         pred_mask=tuple(ix.mask(p) for p in ix.preds),
@@ -168,7 +169,7 @@ class Lattice:
     def __init__(self, graph: Graph, config: PlannerConfig | None = None) -> None:
         self.graph = graph
         self.config = config or PlannerConfig()
-        self.s = _static(graph)
+        self.s = walk_masks(graph)
         pats = self.config.patterns
         self._p1 = "P1" in pats
         self._p2 = "P2" in pats

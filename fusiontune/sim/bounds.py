@@ -51,22 +51,21 @@ from __future__ import annotations
 
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
-from fusiontune.planner._index import bits, graph_index
-from fusiontune.planner.lattice import _static
+from fusiontune.planner._index import GraphIndex, bits, graph_index
+from fusiontune.planner.lattice import walk_masks
 from fusiontune.sim.capacity import cascade_elems
-from fusiontune.sim.groupmodel import GroupModel, _weight_reload, group_model
+from fusiontune.sim.cost import default_hw, min_weight_bytes
+from fusiontune.sim.groupmodel import GroupModel, group_model, weight_reload
 from fusiontune.sim.hardware import HardwareConfig
 
 
 def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     """Bytes no plan of ``graph`` on ``hw`` can go below (see the module docstring)."""
-    from fusiontune.sim.cost import _default_hw, _min_weight_bytes
-
-    hw = hw or _default_hw()
+    hw = hw or default_hw()
     model = group_model(graph, hw)
     st = model.st
     ix = graph_index(graph)
-    opaque = _static(graph).opaque
+    opaque = walk_masks(graph).opaque
     cache: dict[int, bool] = {}
     path = _longest_path(ix)
     on_path = {}  # tensor -> position k of path edge path[k] -> path[k + 1]
@@ -98,7 +97,7 @@ def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache, internal)
     total = total_elems * hw.act_bytes
     if not hw.weights_resident:
-        total += _min_weight_bytes(graph, hw) + _reload_bound(model)
+        total += min_weight_bytes(graph, hw) + _reload_bound(model)
     return total
 
 
@@ -107,7 +106,7 @@ def _reload_bound(model: GroupModel) -> int:
 
     With ``hw.weight_reload`` and weights loaded per inference, a group of one matrix that
     needs more than ``n_crossbars`` crossbars runs tiled and re-reads weights and inputs
-    (:func:`~fusiontune.sim.groupmodel._weight_reload`, a function of the matrix and of the
+    (:func:`~fusiontune.sim.groupmodel.weight_reload`, a function of the matrix and of the
     group's activation reads that never decreases as the reads grow). A LINEAR op ``v`` that
     is not FC-like cannot be merged (P3), and a second matrix in its group would add
     crossbars to an already over-full chip, so in every feasible plan ``v``'s group has ``v``'s
@@ -120,7 +119,7 @@ def _reload_bound(model: GroupModel) -> int:
     if not hw.weight_reload or hw.weights_resident:
         return 0
     st = model.st
-    static = _static(model.graph)
+    static = walk_masks(model.graph)
     least = _least_reads(model, static.opaque)
     total = 0
     for v, matrix in enumerate(st.matrix):
@@ -130,7 +129,7 @@ def _reload_bound(model: GroupModel) -> int:
         if static.fc_like >> v & 1 or lin.crossbars <= hw.n_crossbars:
             continue
         reads = max((least[t] for t in st.acts[v]), default=0)
-        weights, inputs, _ = _weight_reload(matrix, hw, reads * hw.act_bytes, lin.crossbars)
+        weights, inputs, _ = weight_reload(matrix, hw, reads * hw.act_bytes, lin.crossbars)
         total += weights + inputs
     return total
 
@@ -156,7 +155,7 @@ def _least_reads(model: GroupModel, opaque: int) -> list[int]:
 
 
 def _possible(
-    model: GroupModel, ix: object, members: int, opaque: int, cache: dict[int, bool]
+    model: GroupModel, ix: GraphIndex, members: int, opaque: int, cache: dict[int, bool]
 ) -> bool:
     """Whether some feasible group could hold every op of ``members`` (monotone test)."""
     hit = cache.get(members)
@@ -189,18 +188,17 @@ def _cascade_lb(model: GroupModel, hull: int) -> int:
 
 def _no_merge(model: GroupModel, hull: int) -> bool:
     """A LINEAR member that no merge can take (its group's crossbars can only add up)."""
-    fc = _static(model.graph).fc_like
+    fc = walk_masks(model.graph).fc_like
     return any(model.st.cls[i] is OpClass.LINEAR and not fc >> i & 1 for i in bits(hull))
 
 
-def _longest_path(ix: object) -> list[int]:
+def _longest_path(ix: GraphIndex) -> list[int]:
     """One longest path (most ops) of the op graph, in order."""
-    gi = ix  # GraphIndex
-    n = gi.n  # type: ignore[attr-defined]
+    n = ix.n
     length = [1] * n
     prev = [-1] * n
     for v in range(n):
-        for p in gi.preds[v]:  # type: ignore[attr-defined]
+        for p in ix.preds[v]:
             if length[p] + 1 > length[v]:
                 length[v], prev[v] = length[p] + 1, p
     if n == 0:
@@ -224,7 +222,7 @@ def _edge_tensor(model: GroupModel, p: int, c: int) -> int | None:
 
 def _path_bound(
     model: GroupModel,
-    ix: object,
+    ix: GraphIndex,
     path: list[int],
     on_path: dict[int, int],
     alone: list[int],
@@ -309,7 +307,7 @@ def _internal_tensors(model: GroupModel, path: list[int]) -> dict[int, tuple[int
 
 
 def _segment_ok(
-    model: GroupModel, ix: object, path: list[int], i: int, j: int, opaque: int,
+    model: GroupModel, ix: GraphIndex, path: list[int], i: int, j: int, opaque: int,
     cache: dict[int, bool],
 ) -> bool:  # fmt: skip
     members = 0

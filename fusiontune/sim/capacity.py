@@ -28,11 +28,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Group
 from fusiontune.sim.rows import RowKind, RowMap, height, row_elems, row_map
+from fusiontune.sim.structure import Node, group_structure, node_row_map, stored_tensors
 
 MAX_CACHED_GROUPS = 65536
 
@@ -80,13 +80,11 @@ class _Replay:
     def __init__(
         self,
         graph: Graph,
-        nodes: list[Any],
+        nodes: list[Node],
         stored: list[str],
         limit: int | None = None,
         detail: bool = False,
     ) -> None:
-        from fusiontune.sim.runner import node_row_map
-
         self.graph = graph
         self.limit = limit
         self.detail = detail
@@ -169,23 +167,23 @@ class _Replay:
         while t.hi < upto:
             self._step(node, rm, t, t.hi)
 
-    def _step(self, node: object, rm: RowMap, out: _Tensor, a: int) -> None:
+    def _step(self, node: Node, rm: RowMap, out: _Tensor, a: int) -> None:
         """Output row ``a`` of a POINT or WINDOW node."""
         if rm.accumulate:
             assert rm.window is not None
-            x = self.ts[node.inputs[0]]  # type: ignore[attr-defined]
+            x = self.ts[node.inputs[0]]
             k = rm.window.strides[0]
             self._grow(out.row, out.name)  # the partial output row
             for j in range(a * k, a * k + k):
                 self.pull(x, j + 1)
-                x.readers[node.name] = j + 1  # type: ignore[attr-defined]
+                x.readers[node.name] = j + 1
                 self._settle(x)
             self.used -= out.row  # it becomes the output row
             self._add_rows(out, 1)
             self._settle(out)
             return
         lows: list[tuple[_Tensor, int]] = []
-        for k, name in enumerate(node.inputs):  # type: ignore[attr-defined]
+        for k, name in enumerate(node.inputs):
             t = self.ts.get(name) if name else None
             if t is None:
                 continue
@@ -199,12 +197,12 @@ class _Replay:
                 lows.append((t, t.hgt if a + 1 >= out.hgt else 0))
         self._add_rows(out, 1)
         for t, low in lows:
-            t.readers[node.name] = max(t.readers[node.name], low)  # type: ignore[attr-defined]
+            t.readers[node.name] = max(t.readers[node.name], low)
             self._settle(t)
         self._settle(out)
 
-    def _all_at_once(self, node: object, rm: RowMap) -> None:
-        inputs = [self.ts[n] for n in node.inputs if n in self.ts]  # type: ignore[attr-defined]
+    def _all_at_once(self, node: Node, rm: RowMap) -> None:
+        inputs = [self.ts[n] for n in node.inputs if n in self.ts]
         if rm.kind is RowKind.REDUCE:
             x = inputs[0]
             shape = self.graph.tensors[x.name].shape
@@ -212,7 +210,7 @@ class _Replay:
             self._grow(acc, x.name, acc=acc)
             for a in range(x.hgt):
                 self.pull(x, a + 1)
-                x.readers[node.name] = a + 1  # type: ignore[attr-defined]
+                x.readers[node.name] = a + 1
                 self._settle(x)
             self.used -= acc
             self.acc -= acc
@@ -220,15 +218,15 @@ class _Replay:
             for t in inputs:
                 t.whole = True
                 self.pull(t, t.hgt)
-        for name in node.outputs:  # type: ignore[attr-defined]
+        for name in node.outputs:
             if name in self.ts:
                 out = self.ts[name]
                 out.whole = True
                 self._add_rows(out, out.hgt)
         for t in inputs:
-            t.readers[node.name] = t.hgt  # type: ignore[attr-defined]
+            t.readers[node.name] = t.hgt
             self._settle(t)
-        for name in node.outputs:  # type: ignore[attr-defined]
+        for name in node.outputs:
             if name in self.ts:
                 self._settle(self.ts[name])
 
@@ -246,8 +244,6 @@ def group_peak(graph: Graph, group: Group, limit: int | None = None) -> Peak:
     hit = _CACHE.get(key)
     if hit is not None and (hit.exact or (limit is not None and hit.elems > limit)):
         return hit
-    from fusiontune.sim.execute import group_structure, stored_tensors
-
     replay = _Replay(graph, group_structure(graph, group), stored_tensors(graph, group), limit)
     try:
         hit = replay.run()
@@ -262,8 +258,6 @@ def group_peak(graph: Graph, group: Group, limit: int | None = None) -> Peak:
 
 def peak_rows(graph: Graph, group: Group) -> dict[str, int]:
     """Rows each tensor holds at the peak moment of the group's schedule."""
-    from fusiontune.sim.execute import group_structure, stored_tensors
-
     replay = _Replay(
         graph, group_structure(graph, group), stored_tensors(graph, group), detail=True
     )

@@ -11,7 +11,7 @@ The evaluation reads as a short list of stages, per group:
    (:mod:`fusiontune.sim.tiling`); the inputs its tiles re-read count as activation reads
    (the executor's DMA counts them). With
    ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
-   schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel._weight_reload`).
+   schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel.weight_reload`).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
@@ -68,7 +68,7 @@ from fusiontune.sim.groupmodel import (
     group_model,
 )
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.needs import linear_matrix
+from fusiontune.sim.matrices import linear_matrix
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
@@ -192,7 +192,8 @@ def clear_cache() -> None:
     clear_models()
 
 
-def _default_hw() -> HardwareConfig:
+def default_hw() -> HardwareConfig:
+    """The DESIGN §7 default :class:`HardwareConfig`, built once."""
     if not _DEFAULT_HW:
         _DEFAULT_HW.append(HardwareConfig())
     return _DEFAULT_HW[0]
@@ -201,7 +202,7 @@ def _default_hw() -> HardwareConfig:
 # ---- per group ----------------------------------------------------------------------------
 def group_cost(graph: Graph, group: Group, hw: HardwareConfig | None = None) -> GroupMetrics:
     """Cost of one group (cached by graph structure, group and hardware)."""
-    hw = hw or _default_hw()
+    hw = hw or default_hw()
     table = _cache_for(graph, hw)
     key = _key(group)
     hit = table.get(key)
@@ -292,7 +293,7 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
     The plan is not checked for legality here (``check_plan`` does that); capacity
     violations are reported in ``violations`` and ``feasible``, never raised.
     """
-    hw = hw or _default_hw()
+    hw = hw or default_hw()
     table = _cache_for(graph, hw)
     rows: list[GroupMetrics] = []
     for g in plan.groups:
@@ -342,7 +343,7 @@ def lower_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     op's matrix, except that chains a ``merge`` could combine (FC-like ops linked through
     single-consumer AFFINE/LAYOUT ops) take their cheapest split into merged segments.
     """
-    hw = hw or _default_hw()
+    hw = hw or default_hw()
     key = (graph.structural_hash, hw.hash)
     cached = _LOWER.get(key)
     if cached is not None:
@@ -350,7 +351,7 @@ def lower_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     acts = dict.fromkeys(t for t in (*graph.inputs, *graph.outputs) if not graph.is_constant(t))
     total = sum(_numel(graph, t) for t in acts) * hw.act_bytes
     if not hw.weights_resident:
-        total += _min_weight_bytes(graph, hw)
+        total += min_weight_bytes(graph, hw)
     _LOWER[key] = total
     return total
 
@@ -371,7 +372,10 @@ def _chain_next(graph: Graph, op: Op) -> Op | None:
         t = nxt.outputs[0]
 
 
-def _min_weight_bytes(graph: Graph, hw: HardwareConfig) -> int:
+def min_weight_bytes(graph: Graph, hw: HardwareConfig) -> int:
+    """Weight bytes every plan loads at least (a lower bound's weight term): each LINEAR
+    op's matrix, a chain of FC-like ops a merge could join at its cheapest split into
+    merged matrices."""
     nxt = {}
     has_prev: set[str] = set()
     for op in graph.ops:

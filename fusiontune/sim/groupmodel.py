@@ -38,23 +38,16 @@ from typing import Any, NamedTuple
 
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ops import element_ops as op_element_ops  # per-op ALU counts: the op registry
 from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.plan import Group, Mode
 from fusiontune.sim.capacity import Peak, cascade_elems, group_peak
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
-from fusiontune.sim.needs import (
-    WeightMatrix,
-    linear_matrix,
-    window_rows,
-)
+from fusiontune.sim.matrices import WeightMatrix, linear_matrix, window_rows
 from fusiontune.sim.rows import RowKind, height, row_elems, row_map
-from fusiontune.sim.tiling import Tiling, singleton_tiling
+from fusiontune.sim.tiling import PSUM_BITS_PER_ACT_BIT, Tiling, singleton_tiling
 
 MAX_MODELS = 32  # (graph, hardware) models kept alive at once
-# Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
-# activation precision (ZigZag 3.9.1, parser/onnx/onnx_operator_parser.py: intermediate output
-# precision = 2 x activation bits).
-PSUM_BITS_PER_ACT_BIT = 2
 
 # additive integer counts and additive float energies, in this order in a group's vector
 INT_FIELDS = (
@@ -102,8 +95,6 @@ class _Structure:
 
 @lru_cache(maxsize=MAX_MODELS)
 def _structure(graph: Graph) -> _Structure:
-    from fusiontune.ops import element_ops as _element_ops  # per-op ALU counts: the op registry
-
     ix = graph_index(graph)
     tid: dict[str, int] = {}
 
@@ -152,7 +143,7 @@ def _structure(graph: Graph) -> _Structure:
         else:
             matrix.append(None)
             has_bias.append(False)
-            element_ops.append(_element_ops(graph, op))
+            element_ops.append(op_element_ops(graph, op))
             buffer_elems.append(
                 sum(math.prod(graph.tensors[t].shape) for t in graph.activation_inputs(op))
                 + sum(math.prod(graph.tensors[t].shape) for t in op.outputs if t)
@@ -281,7 +272,7 @@ def _psum_elems(m: WeightMatrix, row_tiles: int, hw: HardwareConfig) -> int:
     return 2 * extra_turns * m.vectors * m.cols * m.count
 
 
-def _weight_reload(
+def weight_reload(
     m: WeightMatrix, hw: HardwareConfig, input_bytes: int, crossbars: int
 ) -> tuple[int, int, int]:
     """DRAM re-reads of a tiled schedule: ``(weight bytes, input bytes, weight loads)``.
@@ -577,7 +568,7 @@ class GroupModel:
         programmed = 0 if hw.weights_resident else programmed
         reload_weights = reload_inputs = psum_bytes = 0
         if matrix is not None:
-            reload_weights, reload_inputs, loads = _weight_reload(matrix, hw, untiled_read,
+            reload_weights, reload_inputs, loads = weight_reload(matrix, hw, untiled_read,
                                                                   crossbars)  # fmt: skip
             programmed *= loads
         reload = reload_weights + reload_inputs
@@ -659,9 +650,10 @@ class GroupModel:
 
     def _merged(self, group_mask: int) -> tuple[WeightMatrix, int]:
         linear = [i for i in bits(group_mask) if i in self.lin]
-        first, last = self.st.matrix[linear[0]], self.st.matrix[linear[-1]]
-        assert first is not None and last is not None
-        names = tuple(n for i in linear for n in self.st.matrix[i].ops)  # type: ignore[union-attr]
+        matrices = [m for i in linear if (m := self.st.matrix[i]) is not None]
+        assert len(matrices) == len(linear)
+        first, last = matrices[0], matrices[-1]
+        names = tuple(n for m in matrices for n in m.ops)
         merged = WeightMatrix(names, first.rows, last.cols, 1, first.vectors, first.out_rows, 1)
         return merged, linear[-1]
 

@@ -10,58 +10,32 @@ keeps while a second reader lags (residual shortcuts), whole tensors of ops that
 (two-pass batch statistics, layout changes across the row axis), global-pool accumulators.
 The per-op facts (window height, matrix shape) come from the op registry (``fusiontune/ops``).
 
-Weight matrices (one :class:`WeightMatrix` per LINEAR op; ``merge`` groups one merged matrix):
-
-- Conv, weight ``(C_out, C_in/g, K...)``: ``rows = C_in/g * prod(K)``, ``cols = C_out/g``,
-  ``count = g`` independent matrices, ``vectors = N * prod(out spatial)``.
-- Gemm ``(M, K) x (K, N)``: ``rows = K``, ``cols = N``, ``vectors = M``; MatMul with a constant
-  weight ``(..., K, N)``: ``count = prod(batch dims)``, ``vectors = numel(out) / N / count``.
-- ``merge`` (P3): the chain ``L1 ... Lk`` becomes one matrix ``rows(L1) x cols(Lk)`` with the
-  vectors of ``L1``: a bottleneck (512->64->512) grows to 512x512, a wide chain
-  (64->512->64) shrinks to 64x64.
+Weight matrices: one :class:`~fusiontune.sim.matrices.WeightMatrix` per LINEAR op (``merge``
+groups: one merged matrix), the formulas in :mod:`fusiontune.sim.matrices`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from fusiontune.ops import registry
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.plan import Group
+from fusiontune.sim.capacity import group_peak, peak_rows
+from fusiontune.sim.groupmodel import group_model
+from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.matrices import WeightMatrix, linear_matrix, window_rows
+from fusiontune.sim.rows import row_elems
 
-if TYPE_CHECKING:
-    from fusiontune.ir.graph import Graph, Op
-    from fusiontune.planner.plan import Group
-
-
-@dataclass(frozen=True)
-class WeightMatrix:
-    """One weight matrix on crossbars.
-
-    Attributes:
-        ops: the LINEAR op(s) it implements (several for a merged chain).
-        rows: matrix rows (the input vector length).
-        cols: matrix columns (outputs per vector), before bit slicing.
-        count: independent matrices of this shape (groups of a grouped convolution).
-        vectors: matrix-vector products per inference, per matrix.
-        out_rows: rows ``S0`` of the output (``vectors`` for an FC), for pipeline fill.
-        window_rows: effective window height ``k0`` of the op (1 for point-wise ops).
-    """
-
-    ops: tuple[str, ...]
-    rows: int
-    cols: int
-    count: int
-    vectors: int
-    out_rows: int
-    window_rows: int
-
-    @property
-    def n_weights(self) -> int:
-        return self.rows * self.cols * self.count
-
-    @property
-    def macs(self) -> int:
-        return self.vectors * self.n_weights
+__all__ = [
+    "GroupNeeds",
+    "LineBuffer",
+    "WeightMatrix",
+    "graph_names",
+    "group_needs",
+    "line_buffers",
+    "linear_matrix",
+    "window_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -85,31 +59,12 @@ class GroupNeeds:
     folded_ops: frozenset[str]
 
 
-def window_rows(graph: Graph, op: Op) -> int:
-    """Effective window height ``k0`` of a Conv or spatial pool (1 for other ops)."""
-    return registry.window_rows(graph, op)
-
-
-def _is_window(graph: Graph, op: Op) -> bool:
-    return registry.is_window(graph, op)
-
-
-def linear_matrix(graph: Graph, op: Op) -> WeightMatrix:
-    """The weight matrix of one LINEAR op (module docstring formulas)."""
-    rows, cols, count, vectors, out_rows = registry.matrix_shape(graph, op)
-    return WeightMatrix((op.name,), rows, cols, count, vectors, out_rows, window_rows(graph, op))
-
-
 def group_needs(graph: Graph, group: Group) -> GroupNeeds:
     """Buffer elements and weight matrices of one group (formulas in the module docstring).
 
     Computed by the group model (:mod:`fusiontune.sim.groupmodel`), the one implementation the
     cost model and the optimizer share; elements do not depend on the hardware.
     """
-    from fusiontune.sim.capacity import group_peak
-    from fusiontune.sim.groupmodel import group_model
-    from fusiontune.sim.hardware import HardwareConfig
-
     model = group_model(graph, HardwareConfig())
     pos = graph.op_index
     members = [pos[n] for n in group.ops]
@@ -151,9 +106,6 @@ def line_buffers(graph: Graph, group: Group) -> tuple[LineBuffer, ...]:
     The elements add up to the peak less global-pool accumulators (and a non-overlapping
     pool's partial output row), which are not tensors' rows.
     """
-    from fusiontune.sim.capacity import peak_rows
-    from fusiontune.sim.rows import row_elems
-
     return tuple(
         LineBuffer(t, rows, rows * row_elems(graph, t))
         for t, rows in peak_rows(graph, group).items()

@@ -43,7 +43,8 @@ from fusiontune.ops.linear import (
     deconv_geometry,
 )
 from fusiontune.ops.window import window_geometry
-from fusiontune.sim.rows import RowKind, RowMap, height, row_axes, row_map
+from fusiontune.sim.rows import RowKind, RowMap, height, row_axes
+from fusiontune.sim.structure import Node, node_row_map
 
 Array = np.ndarray
 _OUT = "__dram__"  # consumer id: the DMA writing a stored tensor
@@ -216,7 +217,7 @@ class GroupRunner:
         graph: Graph,
         index: int,
         label: str,
-        nodes: Sequence[object],
+        nodes: Sequence[Node],
         stored: Sequence[str],
         dram: Dram,
         capacity_bytes: int,
@@ -233,18 +234,18 @@ class GroupRunner:
         self.matmul = matmul
         self.nodes = list(nodes)
         self.axes = row_axes(graph)
-        self.producer: dict[str, object] = {}
+        self.producer: dict[str, Node] = {}
         self.maps: dict[str, RowMap] = {}
         for node in self.nodes:
-            self.maps[node.name] = node_row_map(graph, node)  # type: ignore[attr-defined]
-            for t in node.outputs:  # type: ignore[attr-defined]
+            self.maps[node.name] = node_row_map(graph, node)
+            for t in node.outputs:
                 if t:
                     self.producer[t] = node
         self.stored = list(stored)
         self.slots: dict[str, _Slot] = {}
         ab = dram.act_bytes
         for node in self.nodes:
-            for t in (*node.inputs, *node.outputs):  # type: ignore[attr-defined]
+            for t in (*node.inputs, *node.outputs):
                 if not t or t in self.slots or graph.is_constant(t):
                     continue
                 shape = graph.tensors[t].shape
@@ -260,9 +261,9 @@ class GroupRunner:
                     dtype=tensor_dtype(graph, t),
                 )
         for node in self.nodes:
-            for t in node.inputs:  # type: ignore[attr-defined]
+            for t in node.inputs:
                 if t in self.slots:
-                    self.slots[t].readers[node.name] = 0  # type: ignore[attr-defined]
+                    self.slots[t].readers[node.name] = 0
         self._done_whole: set[str] = set()
 
     # ---- the driver ----------------------------------------------------------------------------
@@ -306,7 +307,7 @@ class GroupRunner:
             self._fetch(slot, hi)
             return
         node = self.producer[tensor]
-        rm = self.maps[node.name]  # type: ignore[attr-defined]
+        rm = self.maps[node.name]
         if rm.kind in (RowKind.WHOLE, RowKind.REDUCE):
             self._run_whole(node, rm)
             return
@@ -334,9 +335,9 @@ class GroupRunner:
             self._release(slot, slot.hi)
 
     # ---- computing -----------------------------------------------------------------------------
-    def _band(self, node: object, rm: RowMap, a: int, b: int) -> None:
+    def _band(self, node: Node, rm: RowMap, a: int, b: int) -> None:
         """Compute output rows ``[a, b)`` of a POINT or WINDOW node."""
-        out = node.outputs[0]  # type: ignore[attr-defined]
+        out = node.outputs[0]
         out_slot = self.slots[out]
         if rm.accumulate:
             for r in range(a, b):
@@ -344,7 +345,7 @@ class GroupRunner:
             return
         args: list[Array | None] = []
         ranges: list[tuple[_Slot, int] | None] = []
-        for i, t in enumerate(node.inputs):  # type: ignore[attr-defined]
+        for i, t in enumerate(node.inputs):
             if not t:
                 args.append(None)
                 ranges.append(None)
@@ -366,7 +367,7 @@ class GroupRunner:
         self._append(out_slot, a, rows, "computed rows")
         if out_slot.stored:
             self.dram.write_rows(self.index, out, out_slot.axis, a, rows)
-        name = node.name  # type: ignore[attr-defined]
+        name = node.name
         for entry in ranges:
             if entry is not None:
                 reader, low = entry
@@ -375,16 +376,16 @@ class GroupRunner:
         self._release_to_readers(out_slot)
 
     def _compute_rows(
-        self, node: object, rm: RowMap, args: list[Array | None], a: int, b: int, out: _Slot
+        self, node: Node, rm: RowMap, args: list[Array | None], a: int, b: int, out: _Slot
     ) -> Array:
-        p: LinearParams | None = node.linear  # type: ignore[attr-defined]
-        op = node.op  # type: ignore[attr-defined]
+        p: LinearParams | None = node.linear
         if rm.kind is RowKind.SPAN:
             x = args[0]
             assert x is not None and rm.spans is not None
             rows = RowBand(rm.input_rows(a, b, rm.spans.height)[0], a, b, rm.spans.height)
             if p is not None:
                 return transposed_rows(p, x, rows, self.matmul)
+            op = node.kernel_op
             span_kernel = def_of(op).span_kernel
             assert span_kernel is not None
             return np.asarray(
@@ -393,9 +394,10 @@ class GroupRunner:
         if rm.kind is RowKind.WINDOW:
             x = args[0] if p is not None else next(v for v in args if v is not None)
             assert x is not None and rm.window is not None
-            win, _, _ = rm.window.band(a, b, self.slots[node.inputs[0]].height)  # type: ignore[attr-defined]
+            win, _, _ = rm.window.band(a, b, self.slots[node.inputs[0]].height)
             if p is not None:
                 return conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)
+            op = node.kernel_op
             band = def_of(op).band
             assert band is not None
             return band(op, x, win)
@@ -403,14 +405,15 @@ class GroupRunner:
             x = args[0]
             assert x is not None
             return matrix_rows(p, x, self.matmul)
+        op = node.kernel_op
         result = run_fused(op, args)[0]
         return np.asarray(result, dtype=tensor_dtype(self.graph, op.outputs[0]))
 
-    def _accumulate_row(self, node: object, rm: RowMap, r: int, out_slot: _Slot) -> None:
+    def _accumulate_row(self, node: Node, rm: RowMap, r: int, out_slot: _Slot) -> None:
         """Output row ``r`` of a non-overlapping pool, its input rows folded in one by one."""
-        op = node.op  # type: ignore[attr-defined]
+        op = node.kernel_op
         assert rm.window is not None
-        x = self.slots[node.inputs[0]]  # type: ignore[attr-defined]
+        x = self.slots[node.inputs[0]]
         k = rm.window.strides[0]
         one_row = replace(
             rm.window,
@@ -427,7 +430,7 @@ class GroupRunner:
             self.ensure(x.name, j + 1)
             part = band(op, x.get(j, j + 1), one_row)
             acc = part if acc is None else (np.maximum(acc, part) if is_max else acc + part)
-            x.readers[node.name] = j + 1  # type: ignore[attr-defined]
+            x.readers[node.name] = j + 1
             self._release_to_readers(x)
         assert acc is not None
         rows = acc if is_max else (acc / k).astype(DTYPE)
@@ -438,12 +441,12 @@ class GroupRunner:
             self.dram.write_rows(self.index, out_slot.name, out_slot.axis, r, rows)
         self._release_to_readers(out_slot)
 
-    def _epilogue(self, node: object, rows: Array, a: int, b: int) -> Array:
+    def _epilogue(self, node: Node, rows: Array, a: int, b: int) -> Array:
         """Apply the node's element-wise epilogue ops to its fresh output rows."""
-        epilogue = node.epilogue  # type: ignore[attr-defined]
+        epilogue = node.epilogue
         if not epilogue:
             return rows
-        out_slot = self.slots[node.outputs[0]]  # type: ignore[attr-defined]
+        out_slot = self.slots[node.outputs[0]]
         current = rows
         for op in epilogue:
             args: list[Array | None] = []
@@ -459,19 +462,18 @@ class GroupRunner:
             )
         return current
 
-    def _run_whole(self, node: object, rm: RowMap) -> None:
+    def _run_whole(self, node: Node, rm: RowMap) -> None:
         """Run a WHOLE or REDUCE node once: all input rows, then every used output."""
-        name = node.name  # type: ignore[attr-defined]
+        name = node.name
         if name in self._done_whole:
             return
         self._done_whole.add(name)
-        op = node.op  # type: ignore[attr-defined]
-        p: LinearParams | None = node.linear  # type: ignore[attr-defined]
+        p: LinearParams | None = node.linear
         if rm.kind is RowKind.REDUCE:
             outs = [self._reduce(node)]
         else:
             args: list[Array | None] = []
-            for t in node.inputs:  # type: ignore[attr-defined]
+            for t in node.inputs:
                 if not t:
                     args.append(None)
                 elif self.graph.is_constant(t):
@@ -492,11 +494,12 @@ class GroupRunner:
                 else:
                     outs = [apply_matrix(p, x, self.matmul)]
             else:
+                op = node.kernel_op
                 outs = [
                     np.asarray(v, dtype=tensor_dtype(self.graph, t) if t else None)
                     for t, v in zip(op.outputs, run_fused(op, args))
                 ]
-        for t, value in zip(node.outputs, outs):  # type: ignore[attr-defined]
+        for t, value in zip(node.outputs, outs):
             if not t or t not in self.slots:
                 continue
             slot = self.slots[t]
@@ -505,19 +508,19 @@ class GroupRunner:
             self._append(slot, 0, value, "whole result")
             if slot.stored:
                 self.dram.write_rows(self.index, t, slot.axis, 0, value)
-        for t in node.inputs:  # type: ignore[attr-defined]
+        for t in node.inputs:
             if t in self.slots:
                 slot = self.slots[t]
                 slot.readers[name] = slot.height
                 self._release_to_readers(slot)
-        for t in node.outputs:  # type: ignore[attr-defined]
+        for t in node.outputs:
             if t in self.slots:
                 self._release_to_readers(self.slots[t])
 
-    def _reduce(self, node: object) -> Array:
+    def _reduce(self, node: Node) -> Array:
         """A global pool folded over its input's rows (an ``N x C`` accumulator on chip)."""
-        op = node.op  # type: ignore[attr-defined]
-        x_name = next(t for t in node.inputs if t and not self.graph.is_constant(t))  # type: ignore[attr-defined]
+        op = node.kernel_op
+        x_name = next(t for t in node.inputs if t and not self.graph.is_constant(t))
         slot = self.slots[x_name]
         shape = self.graph.tensors[x_name].shape
         acc_shape = (shape[0], shape[1]) + (1,) * (len(shape) - 2)
@@ -535,7 +538,7 @@ class GroupRunner:
                 acc = np.maximum(acc, rows.max(axis=spatial, keepdims=True))
             else:
                 acc = acc + rows.sum(axis=spatial, keepdims=True, dtype=np.float64)
-            slot.readers[node.name] = b  # type: ignore[attr-defined]
+            slot.readers[node.name] = b
             self._release_to_readers(slot)
             a = b
         self.chip.free(acc_bytes)
@@ -584,56 +587,6 @@ class GroupRunner:
 
 
 # ---- helpers -----------------------------------------------------------------------------------
-_NODE_MAPS: dict[tuple[object, ...], RowMap] = {}
-
-
-def node_row_map(graph: Graph, node: object) -> RowMap:
-    """The row map of a compiled node (an op, a folded LINEAR op or a merged chain)."""
-    p: LinearParams | None = node.linear  # type: ignore[attr-defined]
-    key = (
-        id(graph),
-        node.name,  # type: ignore[attr-defined]
-        node.inputs,  # type: ignore[attr-defined]
-        None if p is None else (p.kind, p.in_axis, p.out_axis, p.bias is not None and p.bias.ndim),
-    )
-    hit = _NODE_MAPS.get(key)
-    if hit is None:
-        if len(_NODE_MAPS) >= NODE_MAPS_MAX:
-            _NODE_MAPS.clear()
-        hit = _NODE_MAPS[key] = _node_row_map(graph, node)
-    return hit
-
-
-NODE_MAPS_MAX = 65536
-
-
-def _node_row_map(graph: Graph, node: object) -> RowMap:
-    p: LinearParams | None = node.linear  # type: ignore[attr-defined]
-    op = node.op  # type: ignore[attr-defined]
-    if p is None:
-        return row_map(graph, op)
-    if p.kind in ("conv", "conv_transpose"):
-        assert p.source_op is not None
-        rm = row_map(graph, p.source_op)
-        streamed = tuple(i == 0 for i in range(len(node.inputs)))  # type: ignore[attr-defined]
-        return RowMap(rm.kind, streamed, rm.window, spans=rm.spans)
-    x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
-    axes = row_axes(graph)
-    ax, ao = axes[x], axes[out]
-    rank_x, rank_o = len(graph.tensors[x].shape), len(graph.tensors[out].shape)
-    whole = RowMap(RowKind.WHOLE, tuple(False for _ in node.inputs))  # type: ignore[attr-defined]
-    if ax is None or ao is None or ax != ao or rank_x != rank_o:
-        return whole
-    if p.in_axis % rank_x == ax or p.out_axis % rank_o == ao:
-        return whole
-    if height(graph, x) != height(graph, out):
-        return whole
-    if p.bias is not None and p.bias.ndim > 1:
-        return whole
-    streamed = tuple(i == 0 for i in range(len(node.inputs)))  # type: ignore[attr-defined]
-    return RowMap(RowKind.POINT, streamed)
-
-
 def transposed_rows(p: LinearParams, x: Array, band: RowBand | None, matmul: MatmulFn) -> Array:
     """A ``"conv_transpose"`` LinearParams on a band of input rows (``None``: the whole
     input, every output row)."""

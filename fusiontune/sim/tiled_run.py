@@ -27,9 +27,9 @@ from fusiontune.sim.runner import (
     GroupStats,
     OnChip,
     matrix_rows,
-    node_row_map,
     tensor_dtype,
 )
+from fusiontune.sim.structure import Node, node_row_map
 from fusiontune.sim.tiling import (
     Scheme,
     Tiling,
@@ -49,7 +49,7 @@ def run_tiled(
     graph: Graph,
     index: int,
     label: str,
-    node: object,
+    node: Node,
     tiling: Tiling,
     stored: Sequence[str],
     dram: Dram,
@@ -88,7 +88,7 @@ class _TiledRun:
         self,
         graph: Graph,
         index: int,
-        node: object,
+        node: Node,
         stored: Sequence[str],
         dram: Dram,
         chip: OnChip,
@@ -97,7 +97,7 @@ class _TiledRun:
     ) -> None:
         self.graph, self.index, self.node = graph, index, node
         self.acc = acc
-        self.op: Op = node.op  # type: ignore[attr-defined]
+        self.op: Op = node.kernel_op
         self.stored = set(stored)
         self.dram, self.chip, self.matmul = dram, chip, matmul
         self.ab = dram.act_bytes
@@ -165,10 +165,10 @@ class _TiledRun:
         rm = node_row_map(graph, self.node)
         geo = window_geometry_of(graph, op, self.node, rm)
         assert geo is not None
-        x, out = graph.activation_inputs(op)[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        x, out = graph.activation_inputs(op)[0], self.node.outputs[0]
         t_w, t_c = tiling.tile
         n, h = geo.x[0], geo.x[2]
-        p: LinearParams | None = self.node.linear  # type: ignore[attr-defined]
+        p: LinearParams | None = self.node.linear
         for c0 in range(0, geo.y[1], t_c):
             c1 = min(c0 + t_c, geo.y[1])
             i0, i1 = geo.in_channels(c0, c1)
@@ -222,11 +222,12 @@ class _TiledRun:
         op, graph = self.op, self.graph
         geo = window_geometry_of(graph, op, self.node, node_row_map(graph, self.node))
         assert geo is not None
-        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
-        x, out = graph.activation_inputs(op)[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        p = self.node.linear
+        assert p is not None
+        x, out = graph.activation_inputs(op)[0], self.node.outputs[0]
         t_w, t_c, t_r, t_k = tiling.tile
         n, c_in, height, width = geo.x
-        win: Window = geo.window  # type: ignore[assignment]
+        win: Window = geo.window
         for c0 in range(0, geo.y[1], t_c):
             c1 = min(c0 + t_c, geo.y[1])
             for r0, r1, g0, g1 in geo.bands(t_r):
@@ -346,8 +347,9 @@ class _TiledRun:
     def _matrix_operands(self, tiling: Tiling) -> tuple[LinearParams, str, str, int]:
         """A matrix op's parameters, input, output and feature axis."""
         assert tiling.chunks is not None
-        p: LinearParams = self.node.linear  # type: ignore[attr-defined]
-        x, out = self.node.inputs[0], self.node.outputs[0]  # type: ignore[attr-defined]
+        p = self.node.linear
+        assert p is not None
+        x, out = self.node.inputs[0], self.node.outputs[0]
         axes = matrix_axes(self.graph, self.node)
         assert axes is not None
         return p, x, out, axes[0]
@@ -447,7 +449,7 @@ def _box_window(geo: WindowGeometry, r: int, w0: int, w1: int, r1: int | None = 
     """The geometry of output rows ``[r, r1)`` (default: row ``r``), columns ``[w0, w1)`` over
     their clipped input box (missing halo becomes padding only where the full op had it, as in
     :meth:`Window.band`)."""
-    win: Window = geo.window  # type: ignore[assignment]
+    win: Window = geo.window
     r1 = r + 1 if r1 is None else r1
     spans = (win.input_rows(r, r1), geo.col_span(w0, w1))
     sizes = (geo.x[2], geo.x[3])

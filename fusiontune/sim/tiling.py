@@ -71,13 +71,20 @@ from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import def_of, is_global_pool, uses_batch_stats
 from fusiontune.ops.base import attr
+from fusiontune.ops.window import Window
 from fusiontune.planner.plan import Group, Mode
-from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.rows import WINDOW_ROW_AXIS, RowKind, row_axes, stats_axes
+from fusiontune.sim.capacity import group_peak
+from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
+from fusiontune.sim.rows import WINDOW_ROW_AXIS, RowKind, RowMap, row_axes, stats_axes
+from fusiontune.sim.structure import Node, group_structure, node_row_map, stored_tensors
 
 Shape = tuple[int, ...]
 Box = tuple[slice, ...]
 MAX_CACHED = 65536
+# Partial sums of a tiled schedule, when hw.psum_bits leaves them unset, are held at twice the
+# activation precision (ZigZag 3.9.1, parser/onnx/onnx_operator_parser.py: intermediate output
+# precision = 2 x activation bits).
+PSUM_BITS_PER_ACT_BIT = 2
 PSUM_UNITS_DEFAULT = 2  # acc_units of the default hardware (8-bit activations, 16-bit sums)
 
 
@@ -199,12 +206,10 @@ _CACHE: OrderedDict[tuple[str, str, int, int, int], Tiling | None] = OrderedDict
 
 def acc_units(hw: HardwareConfig) -> int:
     """Buffer elements (of ``hw.act_bytes`` each) one partial sum takes: ``hw.psum_bits``, or
-    when unset :data:`fusiontune.sim.groupmodel.PSUM_BITS_PER_ACT_BIT` x ``hw.act_bits``
-    (ZigZag's convention), rounded up to whole activation elements."""
-    from fusiontune.sim.groupmodel import PSUM_BITS_PER_ACT_BIT
-
+    when unset :data:`PSUM_BITS_PER_ACT_BIT` x ``hw.act_bits`` (ZigZag's convention),
+    rounded up to whole activation elements."""
     bits = hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits
-    return math.ceil(math.ceil(bits / 8) / hw.act_bytes)
+    return math.ceil(math.ceil(bits / BITS_PER_BYTE) / hw.act_bytes)
 
 
 def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling | None:
@@ -222,9 +227,6 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     key = (graph.structural_hash, group.ops[0], cap, ab, acc)
     if key in _CACHE:
         return _CACHE[key]
-    from fusiontune.sim.capacity import group_peak
-    from fusiontune.sim.execute import group_structure, stored_tensors
-
     solo = Group(group.ops, Mode.SINGLE)
     hit: Tiling | None = None
     op = graph.op_by_name[group.ops[0]]
@@ -245,8 +247,6 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
 
 
 def _fits_by_rows(graph: Graph, group: Group, cap: int) -> bool:
-    from fusiontune.sim.capacity import group_peak
-
     peak = group_peak(graph, group, limit=cap)
     return peak.exact and peak.elems <= cap
 
@@ -258,7 +258,7 @@ def clear_cache() -> None:
 
 def plan_tiling(
     graph: Graph,
-    node: object,
+    node: Node,
     stored: Sequence[str],
     cap: int,
     act_bytes: int = 1,
@@ -266,14 +266,12 @@ def plan_tiling(
 ) -> Tiling:
     """The tiled schedule of a compiled singleton ``node`` in ``cap`` elements of buffer
     (``acc``: elements one partial sum takes, :func:`acc_units`)."""
-    from fusiontune.sim.runner import node_row_map
-
-    op: Op | None = node.op  # type: ignore[attr-defined]
-    name: str = node.name  # type: ignore[attr-defined]
+    op: Op | None = node.op
+    name: str = node.name
     if op is None:
         return _refuse(name, "a merged chain is never a singleton")
     rm = node_row_map(graph, node)
-    p = node.linear  # type: ignore[attr-defined]
+    p = node.linear
     writes = sum(_numel(graph, t) for t in stored)
     if (p is not None and p.kind == "conv") or (
         op.op_class is OpClass.WINDOW and rm.kind is RowKind.WINDOW
@@ -387,17 +385,17 @@ class WindowGeometry:
     group: int  # ONNX group (pools: one per channel)
     per_group_out: int  # output channels per group
     per_group_in: int  # input channels per group
-    window: object  # fusiontune.ops.window.Window
+    window: Window
 
     def row_span(self, r: int) -> tuple[int, int]:
         """Input rows (clipped) output row ``r`` reads."""
-        start, end = self.window.input_rows(r, r + 1)  # type: ignore[attr-defined]
+        start, end = self.window.input_rows(r, r + 1)
         return max(start, 0), min(end, self.x[2])
 
     def col_span(self, w0: int, w1: int) -> tuple[int, int]:
         """Input columns (unclipped) output columns ``[w0, w1)`` read."""
         win = self.window
-        s, p, e = win.strides[1], win.pads_begin[1], win.effective[1]  # type: ignore[attr-defined]
+        s, p, e = win.strides[1], win.pads_begin[1], win.effective[1]
         return w0 * s - p, (w1 - 1) * s - p + e
 
     def strips(self, t_w: int) -> list[tuple[int, int, int, int]]:
@@ -420,7 +418,7 @@ class WindowGeometry:
         out: list[tuple[int, int, int, int]] = []
         for r0 in range(0, h_out, t_r):
             r1 = min(r0 + t_r, h_out)
-            start, end = self.window.input_rows(r0, r1)  # type: ignore[attr-defined]
+            start, end = self.window.input_rows(r0, r1)
             g0 = 0 if not out else min(max(start, 0), out[-1][3])
             g1 = height if r1 == h_out else min(max(end, 0), height)
             out.append((r0, r1, g0, max(g1, g0)))
@@ -439,14 +437,14 @@ class WindowGeometry:
         return max(b - a for a, b in (self.row_span(r) for r in range(self.y[2])))
 
 
-def window_geometry_of(graph: Graph, op: Op, node: object, rm: object) -> WindowGeometry | None:
+def window_geometry_of(graph: Graph, op: Op, node: Node, rm: RowMap) -> WindowGeometry | None:
     """The geometry of a 2-D Conv or pool singleton (``None``: not NCHW)."""
     x = graph.activation_inputs(op)[0]
     xs, ys = _shape(graph, x), _shape(graph, op.outputs[0])
-    win = rm.window  # type: ignore[attr-defined]
+    win = rm.window
     if len(xs) != 4 or win is None:
         return None
-    p = node.linear  # type: ignore[attr-defined]
+    p = node.linear
     if p is not None:
         c_out, c_in_g = int(p.weight.shape[0]), int(p.weight.shape[1])
         group = int(p.group)
@@ -455,7 +453,7 @@ def window_geometry_of(graph: Graph, op: Op, node: object, rm: object) -> Window
 
 
 def _plan_window(
-    graph: Graph, op: Op, node: object, rm: object, cap: int, acc: int = PSUM_UNITS_DEFAULT
+    graph: Graph, op: Op, node: Node, rm: RowMap, cap: int, acc: int = PSUM_UNITS_DEFAULT
 ) -> Tiling:
     geo = window_geometry_of(graph, op, node, rm)
     if geo is None or row_axes(graph)[op.outputs[0]] != WINDOW_ROW_AXIS:
@@ -486,7 +484,7 @@ def _plan_window(
         tiles = math.ceil(c_out / t_c) * len(strips)
         if best is None or (traffic, tiles) < best[:2]:
             best = (traffic, tiles, t_w, t_c)
-    if best is None and geo.group == 1 and node.linear is not None:  # type: ignore[attr-defined]
+    if best is None and geo.group == 1 and node.linear is not None:
         return _plan_window_split(op.name, geo, cap, acc)
     if best is None:
         need = int(least)
@@ -657,11 +655,12 @@ def _plan_matmul(graph: Graph, op: Op, cap: int) -> Tiling:
 
 
 # ---- matrix (a constant weight, by rows) ------------------------------------------------------
-def matrix_axes(graph: Graph, node: object) -> tuple[int, int] | None:
+def matrix_axes(graph: Graph, node: Node) -> tuple[int, int] | None:
     """``(feature axis, row axis or -1)`` of a LINEAR-by-rows node whose input and output
     differ only along the feature axis (``None`` otherwise)."""
-    p = node.linear  # type: ignore[attr-defined]
-    x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
+    p = node.linear
+    assert p is not None
+    x, out = node.inputs[0], node.outputs[0]
     xs, ys = _shape(graph, x), _shape(graph, out)
     rank = len(ys)
     if len(xs) != rank:
@@ -675,13 +674,13 @@ def matrix_axes(graph: Graph, node: object) -> tuple[int, int] | None:
     return axis, -1 if rows is None else rows
 
 
-def _plan_matrix(graph: Graph, node: object, cap: int, acc: int = PSUM_UNITS_DEFAULT) -> Tiling:
-    name: str = node.name  # type: ignore[attr-defined]
+def _plan_matrix(graph: Graph, node: Node, cap: int, acc: int = PSUM_UNITS_DEFAULT) -> Tiling:
+    name: str = node.name
     axes = matrix_axes(graph, node)
     if axes is None:
         return _refuse(name, "its input and output differ beyond the feature axis")
     axis, rows = axes
-    x, out = node.inputs[0], node.outputs[0]  # type: ignore[attr-defined]
+    x, out = node.inputs[0], node.outputs[0]
     xs, ys = _shape(graph, x), _shape(graph, out)
     order = ([] if rows < 0 else [rows]) + [a for a in range(len(ys)) if a not in (rows, axis)]
     order.append(axis)
@@ -697,12 +696,13 @@ def _plan_matrix(graph: Graph, node: object, cap: int, acc: int = PSUM_UNITS_DEF
 
 
 def _plan_matrix_split(
-    node: object, ys: Shape, order: tuple[int, ...], k: int, cap: int, acc: int
+    node: Node, ys: Shape, order: tuple[int, ...], k: int, cap: int, acc: int
 ) -> Tiling:
     """``matrix_split`` (module docstring): the largest output boxes whose partial sums and
     one input feature of their rows fit, then the most features a chunk."""
-    name: str = node.name  # type: ignore[attr-defined]
-    p = node.linear  # type: ignore[attr-defined]
+    name: str = node.name
+    p = node.linear
+    assert p is not None
     axis = order[-1]
     if p.bias is not None and p.bias.ndim > 1:
         return _refuse(name, "a full Gemm bias is not split by output columns")

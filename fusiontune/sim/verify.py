@@ -34,8 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusiontune.ir.graph import Graph
+from fusiontune.limits import check_graph
 from fusiontune.planner.plan import Plan
-from fusiontune.sim.execute import Execution, execute
+from fusiontune.reference import random_inputs, reference_run
+from fusiontune.sim.cost import group_cost, simulate
+from fusiontune.sim.execute import Execution, execute, group_order
 from fusiontune.sim.hardware import HardwareConfig
 
 BUFFER_MODEL_SLACK = 1.25  # the model may over-predict a group's peak by at most 25 %
@@ -50,8 +53,6 @@ _REFERENCE: dict[tuple[str, int], tuple[dict[str, np.ndarray], dict[str, np.ndar
 
 def _reference(graph: Graph, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Seeded inputs and the op-by-op reference outputs (cached per graph hash and seed)."""
-    from fusiontune.reference import random_inputs, reference_run
-
     key = (graph.structural_hash, seed)
     hit = _REFERENCE.get(key)
     if hit is None:
@@ -194,8 +195,6 @@ def output_error(
 
 def analytic_act_bytes(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> int:
     """Activation bytes (reads + writes) of ``plan`` from the analytic cost model."""
-    from fusiontune.sim.cost import simulate
-
     metrics = simulate(graph, plan, hw)
     return int(metrics.act_read_bytes) + int(metrics.act_write_bytes)
 
@@ -234,8 +233,6 @@ def verify(
         rtol = CIM_RTOL_DEFAULT if numerics == "cim" else FLOAT_RTOL_DEFAULT
     if atol is None:
         atol = ATOL_DEFAULT
-    from fusiontune.limits import check_graph
-
     check_graph(graph, "verifying it (the reference run and the execution)")
     inputs, want = _reference(graph, seed)
     run = execute(graph, plan, inputs, numerics=numerics, hw=hw, check=check, band_rows=band_rows)
@@ -268,9 +265,6 @@ def verify(
 
 def model_peaks(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> tuple[int, ...]:
     """The model's ``buffer_needed_bytes`` of each group, in execution order."""
-    from fusiontune.sim.cost import group_cost
-    from fusiontune.sim.execute import group_order
-
     return tuple(
         group_cost(graph, plan.groups[i], hw).buffer_needed_bytes for i in group_order(graph, plan)
     )
