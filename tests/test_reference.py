@@ -23,7 +23,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fusiontune.errors import FusiontuneError, ShapeError
-from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.export.onnx_export import to_onnx
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ir.opclass import OpClass
