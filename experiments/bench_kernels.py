@@ -124,7 +124,7 @@ def bench_layer(repeats: int) -> dict[str, float]:
 def bench_resnet(repeats: int) -> dict[str, float]:
     import onnxruntime as ort
 
-    from fusiontune.frontend.onnx_export import to_onnx
+    from fusiontune.export.onnx_export import to_onnx
     from fusiontune.frontend.zoo import build_zoo
     from fusiontune.planner.baselines import greedy_plan, unfused_plan
 

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from exp_common import print_rows, write_outputs
 
-from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.export.onnx_export import to_onnx
+from fusiontune.export.plan_export import export_plan
 from fusiontune.frontend.onnx_import import load_onnx_with_plan
-from fusiontune.frontend.plan_export import export_plan
 from fusiontune.frontend.zoo import ZOO, build_zoo, zoo_models
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.baselines import greedy_plan, plan_from_edges, tvm_like_plan

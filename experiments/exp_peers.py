@@ -450,7 +450,7 @@ def notes(
         f"Peer figures: {figures['zigzag']['tool']} {figures['zigzag']['version']} and "
         f"{figures['stream']['tool']} {figures['stream']['version']}, produced here by "
         f"`{figures['command']}` on {figures['date']} (results/exp_peers_figures.json); "
-        "fusiontune on the presets search_spaces/hardware/zigzag_aimc.yaml and "
+        "fusiontune on the presets fusiontune/presets/hardware/zigzag_aimc.yaml and "
         "stream_tpu_like.yaml, whose every number cites the peer file it came from.",
         "Cells read `fusiontune / peer (ratio)`. ZigZag's array is its macro energy (ADC, DAC, "
         "multipliers, bit-line addition, adder trees, accumulators); fusiontune's is cells + "

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.export.onnx_export import to_onnx
 from fusiontune.frontend.onnx_import import load_onnx
 from fusiontune.frontend.zoo import build_zoo, zoo_models
 from fusiontune.ir.graph import Graph

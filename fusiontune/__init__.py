@@ -31,17 +31,18 @@ _EXPORTS: dict[str, str] = {
     "Graph": "fusiontune.ir.graph",
     "OpClass": "fusiontune.ir.opclass",
     "GraphBuilder": "fusiontune.ir.builder",
-    # front ends
+    # front ends (import)
     "load_model": "fusiontune.frontend.loader",
     "load_onnx": "fusiontune.frontend.onnx_import",
-    "to_onnx": "fusiontune.frontend.onnx_export",
     "load_onnx_with_plan": "fusiontune.frontend.onnx_import",
-    "export_plan": "fusiontune.frontend.plan_export",
-    "plan_to_onnx": "fusiontune.frontend.plan_export",
-    "ExportSummary": "fusiontune.frontend.plan_export",
-    "plan_schedule": "fusiontune.frontend.schedule",
     "zoo_models": "fusiontune.frontend.zoo",
     "reference_run": "fusiontune.reference",
+    # export
+    "to_onnx": "fusiontune.export.onnx_export",
+    "export_plan": "fusiontune.export.plan_export",
+    "plan_to_onnx": "fusiontune.export.plan_export",
+    "ExportSummary": "fusiontune.export.plan_export",
+    "plan_schedule": "fusiontune.export.schedule",
     # planner
     "Plan": "fusiontune.planner.plan",
     "Group": "fusiontune.planner.plan",

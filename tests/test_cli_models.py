@@ -163,7 +163,7 @@ def test_show_onnx_file_with_input_shape(
 def test_show_exported_zoo_model_matches_the_zoo(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from fusiontune.frontend.onnx_export import to_onnx
+    from fusiontune.export.onnx_export import to_onnx
     from fusiontune.frontend.zoo import build_zoo
 
     path = tmp_path / "lenet5.onnx"

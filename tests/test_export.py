@@ -1,4 +1,4 @@
-"""Plans exported as ONNX models and schedules (``fusiontune/frontend/plan_export.py``,
+"""Plans exported as ONNX models and schedules (``fusiontune/export/plan_export.py``,
 ``schedule.py``), read back by the importer.
 
 Oracles: ``onnx.checker`` (full check), onnxruntime on the exported model against onnxruntime
@@ -22,9 +22,8 @@ import pytest
 
 from fusiontune.cli.main import main
 from fusiontune.errors import FusiontuneError, IllegalPlanError
-from fusiontune.frontend.onnx_export import to_onnx
-from fusiontune.frontend.onnx_import import load_onnx, load_onnx_with_plan
-from fusiontune.frontend.plan_export import (
+from fusiontune.export.onnx_export import to_onnx
+from fusiontune.export.plan_export import (
     META,
     META_KEYS,
     PLAN_DOMAIN,
@@ -32,7 +31,8 @@ from fusiontune.frontend.plan_export import (
     onnx_params,
     plan_to_onnx,
 )
-from fusiontune.frontend.schedule import CSV_COLUMNS, plan_schedule, schedule_rows, write_schedule
+from fusiontune.export.schedule import CSV_COLUMNS, plan_schedule, schedule_rows, write_schedule
+from fusiontune.frontend.onnx_import import load_onnx, load_onnx_with_plan
 from fusiontune.frontend.zoo import build_zoo, zoo_models
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph

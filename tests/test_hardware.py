@@ -104,7 +104,7 @@ def test_invalid_files(tmp_path: Path) -> None:
 
 
 def test_preset_errors_name_the_preset_file(tmp_path: Path, monkeypatch) -> None:
-    """Presets are found relative to the repository; errors name them that way."""
+    """Presets are package data; errors name them by their path inside the package."""
     from fusiontune.sim import hardware
 
     (tmp_path / "broken.yaml").write_text("adc_bits: 11\n")
@@ -112,6 +112,6 @@ def test_preset_errors_name_the_preset_file(tmp_path: Path, monkeypatch) -> None
     with pytest.raises(ConfigError) as info:
         load_hardware("broken")
     assert str(info.value) == (
-        "search_spaces/hardware/broken.yaml: key 'adc_bits' = 11 has no energy in "
+        "fusiontune/presets/hardware/broken.yaml: key 'adc_bits' = 11 has no energy in "
         "adc_pj_by_bits; allowed 4, 5, 6, 7, 8, 9, 10"
     )

@@ -394,7 +394,7 @@ def test_output_dtypes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["lenet5", "resnet18", "mobilenet_v2", "bert_encoder"])
 def test_zoo_export_import_round_trip_keeps_the_hash(name: str, tmp_path: Path) -> None:
     """load_model(zoo name) and load_model(its to_onnx export) give the very same Graph."""
-    from fusiontune.frontend.onnx_export import to_onnx
+    from fusiontune.export.onnx_export import to_onnx
 
     graph = load_model(name) if name == "bert_encoder" else load_model(name, input_size=32)
     path = tmp_path / f"{name}.onnx"

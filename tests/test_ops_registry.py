@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from fusiontune.errors import FusiontuneError
-from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.export.onnx_export import to_onnx
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ir.opclass import OpClass

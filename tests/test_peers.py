@@ -78,7 +78,7 @@ def test_array_energy_per_mac_against_zigzag(conv_pair: Graph) -> None:
 
 # ---- equivalent-macro presets ---------------------------------------------------------------
 VDD2 = 0.9**2  # ZigZag imc_unit.py TECH_PARAM_28NM vdd 0.9 V
-PRESET_DIR = Path(__file__).resolve().parents[1] / "search_spaces" / "hardware"
+PRESET_DIR = Path(__file__).resolve().parents[1] / "fusiontune" / "presets" / "hardware"
 
 
 @pytest.mark.parametrize("preset", ["zigzag_aimc", "stream_tpu_like"])

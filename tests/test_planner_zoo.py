@@ -184,7 +184,7 @@ def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_onnx_file(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
     from pathlib import Path
 
-    from fusiontune.frontend.onnx_export import to_onnx
+    from fusiontune.export.onnx_export import to_onnx
 
     path = Path(str(tmp_path)) / "mlp.onnx"
     to_onnx(build_zoo("mlp_relu"), path)

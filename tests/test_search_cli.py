@@ -81,8 +81,8 @@ def test_pareto_mask() -> None:
 
 
 def test_search_an_onnx_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fusiontune.export.onnx_export import to_onnx
     from fusiontune.frontend.loader import load_model
-    from fusiontune.frontend.onnx_export import to_onnx
 
     path = tmp_path / "lenet.onnx"
     to_onnx(load_model("lenet5"), path)

@@ -181,7 +181,7 @@ def test_registered_in_the_space_and_the_driver() -> None:
     assert {"local", "local-tpe"} <= set(SAMPLERS)
     assert parse_space({"sampler": "local-tpe"}).sampler == "local-tpe"
     # the default (measured better than tpe in results/bench_search.json), file and embedded
-    shipped = Path(__file__).resolve().parents[1] / "search_spaces" / "default.yaml"
+    shipped = Path(__file__).resolve().parents[1] / "fusiontune/presets/spaces/default.yaml"
     assert load_space(None).sampler == load_space(shipped).sampler == parse_space({}).sampler
     assert parse_space({}).sampler == "local"
     plain, hybrid = make_sampler("local", 0), make_sampler("local-tpe", 0)

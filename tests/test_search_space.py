@@ -20,20 +20,27 @@ from fusiontune.search.space import (
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 
 
-def test_default_space_is_embedded_and_shipped() -> None:
+PACKAGED = Path(__file__).resolve().parents[1] / "fusiontune" / "presets" / "spaces"
+
+
+def test_default_space_is_package_data() -> None:
     space = load_space()
     assert (space.objective, space.sampler, space.trials) == ("traffic", "local", DEFAULT_TRIALS)
     assert space.knobs == () and space.constraints == () and space.hardware is None
-    assert (SPACES / "default.yaml").read_text() == DEFAULT_SPACE_YAML
-    shipped = load_space(SPACES / "default.yaml")
+    assert (PACKAGED / "default.yaml").read_text() == DEFAULT_SPACE_YAML
+    shipped = load_space(PACKAGED / "default.yaml")
     assert shipped.to_dict() == space.to_dict()
 
 
-def test_every_shipped_space_loads() -> None:
+def test_every_example_space_loads_and_none_copies_a_packaged_one() -> None:
     files = sorted(SPACES.glob("*.yaml"))
-    assert {p.name for p in files} >= {"default.yaml", "codesign.yaml", "multi.yaml"}
+    assert {p.name for p in files} >= {"codesign.yaml", "codesign_multi.yaml", "multi.yaml"}
     for path in files:
         load_space(path)
+    packaged = {p.name for p in PACKAGED.glob("*.yaml")}
+    assert packaged == {"default.yaml"}
+    assert not packaged & {p.name for p in files}, "one copy of each space (package data)"
+    assert not (SPACES / "hardware").exists(), "hardware presets live in fusiontune/presets"
 
 
 def test_knob_kinds_and_constraints() -> None:

@@ -23,8 +23,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import fusiontune as ft
-from fusiontune.frontend.onnx_export import to_onnx
-from fusiontune.frontend.plan_export import plan_to_onnx
+from fusiontune.export.onnx_export import to_onnx
+from fusiontune.export.plan_export import plan_to_onnx
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ops import RowBand, op_def, run_fused, run_reference, unsupported_reason

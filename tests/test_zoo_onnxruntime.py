@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fusiontune.frontend.onnx_export import to_onnx
+from fusiontune.export.onnx_export import to_onnx
 from fusiontune.reference import random_inputs, reference_run
 
 REL_TOL = 1e-5  # max|ref - ort| / max|ort|, float32

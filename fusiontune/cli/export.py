@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load model, plan and hardware; write the files; print what was written."""
     from fusiontune.cli.simulate import _load_plan
-    from fusiontune.frontend.plan_export import export_plan
+    from fusiontune.export.plan_export import export_plan
     from fusiontune.sim.hardware import load_hardware
 
     fmt = args.format or ("schedule" if Path(args.output).suffix == ".json" else "onnx")
@@ -82,7 +82,7 @@ def _refuse_schedule(spec: str) -> None:
     import json
 
     from fusiontune.errors import ConfigError
-    from fusiontune.frontend.schedule import SCHEDULE_FORMAT
+    from fusiontune.export.schedule import SCHEDULE_FORMAT
 
     path = Path(spec)
     if path.suffix != ".json" or not path.is_file():

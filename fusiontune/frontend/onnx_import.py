@@ -106,7 +106,7 @@ def load_onnx_with_plan(
         ModelLoadError: as :func:`load_onnx`, or the groups read back are not a legal plan
             of the graph (the file was edited after the export).
     """
-    from fusiontune.frontend.plan_export import embedded_plan_json
+    from fusiontune.frontend.embedded_plan import embedded_plan_json
     from fusiontune.ir.opclass import OpClass
     from fusiontune.planner.plan import Group, Mode, Plan
 

@@ -127,7 +127,7 @@ def search(
         resume: continue an existing study up to ``trials``; trials left RUNNING are failed.
         verify_best: execute the best plan with the fused kernels and record the error.
         export_best: also write the best plan as a fused ONNX model, ``best_model.onnx``
-            (:func:`~fusiontune.frontend.plan_export.export_plan`, on the best trial's hardware).
+            (:func:`~fusiontune.export.plan_export.export_plan`, on the best trial's hardware).
         input_size: input resolution for zoo models.
         input_shapes: static input shapes for an ONNX file with dynamic dimensions.
         baselines: evaluate unfused/greedy/exhaustive/oracle rows.
@@ -382,7 +382,7 @@ def _finish(
     res.write_parquet(groups_df, out_dir / res.GROUPS_FILE)
     res.write_text(best_plan.to_json(indent=2) + "\n", out_dir / res.BEST_PLAN_FILE)
     if export_best:
-        from fusiontune.frontend.plan_export import export_plan
+        from fusiontune.export.plan_export import export_plan
 
         export_plan(graph, best_plan, out_dir / res.BEST_MODEL_FILE, hw=best_hw)
         summary["files"]["best_model"] = str(out_dir / res.BEST_MODEL_FILE)

@@ -2,8 +2,8 @@
 
 A search space is a small YAML file. It is validated first (every error names the file, the
 key and what is allowed) and built into a frozen :class:`SearchSpace` second. The default
-space (:data:`DEFAULT_SPACE_YAML`, also shipped as ``search_spaces/default.yaml``) is embedded
-here so ``fusiontune search resnet18`` works with no file at all.
+space (:data:`DEFAULT_SPACE_YAML`, the package data ``fusiontune/presets/spaces/default.yaml``)
+ships with the package so ``fusiontune search resnet18`` works with no file at all.
 
 Format::
 
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fusiontune import presets
 from fusiontune.errors import ConfigError, check_keys, closest
 
 OBJECTIVES = ("traffic", "energy", "cycles", "edp", "multi")
@@ -61,16 +62,8 @@ DEFAULT_MAX_GROUP_SIZE: int | None = None
 """No cap on group size (PlannerConfig.max_group_size): groups are bounded by legality and
 capacity only; a cap is a user knob for experiments."""
 
-DEFAULT_SPACE_YAML = """\
-# fusiontune default search space: fusion decisions only, on the default hardware preset.
-hardware: null          # preset name or YAML path; null = the simulator's default preset
-objective: traffic      # traffic | energy | cycles | edp | multi
-sampler: local          # local | local-tpe | tpe | random | nsga2 | bruteforce
-trials: 300             # resnet18: about 13-22 s on 2 cores (local Ray start included)
-max_group_size: null    # optional cap on ops per group; null = none (legality + capacity)
-knobs: {}               # hardware knobs to co-search (see codesign.yaml)
-constraints: {}         # caps on Metrics fields, e.g. energy_pj: {max: 1.0e9}
-"""
+DEFAULT_SPACE_YAML = presets.default_space_yaml()
+"""The default space: ``fusiontune/presets/spaces/default.yaml`` (package data)."""
 
 _TOP_KEYS = (
     "hardware",

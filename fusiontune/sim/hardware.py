@@ -2,10 +2,11 @@
 
 :class:`HardwareConfig` is one frozen parameter table; every field carries its unit in its
 name and its source in the class docstring (``../shared/reference/cim-parameters.md`` lists
-the published values). :func:`load_hardware` reads a preset by name from
-``search_spaces/hardware/<name>.yaml`` or any YAML file, validates every key first (unknown
-key, wrong type, out-of-range or contradictory value -> one :class:`ConfigError` naming the
-file, the key and what is allowed) and builds the typed object second.
+the published values). :func:`load_hardware` reads a preset by name from the package data
+``fusiontune/presets/hardware/<name>.yaml`` (:mod:`fusiontune.presets`) or any YAML file,
+validates every key first (unknown key, wrong type, out-of-range or contradictory value -> one
+:class:`ConfigError` naming the file, the key and what is allowed) and builds the typed object
+second.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from fusiontune import presets
 from fusiontune.errors import ConfigError, check_keys, closest
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 KIB = 1024
 BITS_PER_BYTE = 8
@@ -420,14 +425,20 @@ def _check_consistent(hw: HardwareConfig, source: str) -> None:
 
 
 # ---- presets ------------------------------------------------------------------------------
-def presets_dir() -> Path:
-    """``search_spaces/hardware`` of the repository this package sits in."""
-    return Path(__file__).resolve().parents[2] / "search_spaces" / "hardware"
+def presets_dir() -> Traversable:
+    """The folder of the shipped presets, ``fusiontune/presets/hardware`` (package data)."""
+    return presets.hardware_dir()
 
 
 def preset_names() -> tuple[str, ...]:
     folder = presets_dir()
-    return tuple(sorted(p.stem for p in folder.glob("*.yaml"))) if folder.is_dir() else ()
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if _is_preset(p)))
+
+
+def _is_preset(entry: Traversable) -> bool:
+    return entry.name.endswith(".yaml") and entry.is_file()
 
 
 def load_hardware(
@@ -438,7 +449,7 @@ def load_hardware(
     Args:
         path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
             name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``, ``zigzag_aimc``,
-            ``stream_tpu_like``) or a YAML path.
+            ``stream_tpu_like``: ``fusiontune/presets/hardware/<name>.yaml``) or a YAML path.
             A YAML file lists any subset of the fields; the rest keep their defaults.
         overrides: field values applied on top (validated the same way).
 
@@ -448,34 +459,41 @@ def load_hardware(
     if path_or_preset is None:
         base = HardwareConfig()
     else:
-        path = _resolve(path_or_preset)
-        if path is None:
+        found = _resolve(path_or_preset)
+        if found is None:
             base = HardwareConfig()  # the embedded default preset
         else:
-            source = _source_name(path, path_or_preset)
-            data = _read_yaml(path, source)
-            data.setdefault("name", path.stem)
-            base = _build(data, source)
+            data = _parse_yaml(found.text, found.source)
+            data.setdefault("name", found.stem)
+            base = _build(data, found.source)
     return base.replace(**overrides) if overrides else base
 
 
-def _source_name(path: Path, given: str | Path) -> str:
-    """How errors name the file: presets relative to the repository, files as given."""
-    if path.parent == presets_dir():
-        return f"search_spaces/hardware/{path.name}"
-    return str(given)
+class _Found(NamedTuple):
+    """A hardware YAML found by :func:`_resolve`."""
+
+    source: str
+    """How errors name it: a user's file as given, a preset as ``fusiontune/presets/...``."""
+    stem: str
+    """The file name without ``.yaml`` (the config's name unless the file sets one)."""
+    text: str
 
 
-def _resolve(path_or_preset: str | Path) -> Path | None:
+def _resolve(path_or_preset: str | Path) -> _Found | None:
+    """A user's YAML file or a shipped preset (package data, maybe in a wheel or a zip).
+
+    ``None``: the name of the embedded default with no preset file of that name.
+    """
     text = str(path_or_preset)
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in text or "\\" in text:
         if not path.is_file():
             raise ConfigError(f"{text}: hardware file not found")
-        return path
+        return _Found(text, path.stem, _read_file(path))
     preset = presets_dir() / f"{text}.yaml"
     if preset.is_file():
-        return preset
+        shown = presets.shown_name(f"{presets.HARDWARE_DIR}/{preset.name}")
+        return _Found(shown, text, preset.read_text(encoding="utf-8"))
     if text == HardwareConfig.name:
         return None
     names = preset_names()
@@ -485,10 +503,16 @@ def _resolve(path_or_preset: str | Path) -> Path | None:
     )
 
 
-def _read_yaml(path: Path, source: str) -> dict[str, Any]:
-    from fusiontune.fileio import parse_yaml, read_text
+def _read_file(path: Path) -> str:
+    from fusiontune.fileio import read_text
 
-    data = parse_yaml(read_text(path, ConfigError, "hardware file"), source, ConfigError)
+    return read_text(path, ConfigError, "hardware file")
+
+
+def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+    from fusiontune.fileio import parse_yaml
+
+    data = parse_yaml(text, source, ConfigError)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -10,7 +10,7 @@ The pipeline of :func:`plan_to_onnx`, top to bottom:
    (Conv→BN, Gemm→BN, bias Adds) fold into its weights and bias — the very weights
    ``execute`` runs, so the exported model computes what was verified;
 3. write each compiled step as ONNX nodes: an op left as it was in the form the opset wants
-   (as :func:`~fusiontune.frontend.onnx_export.to_onnx` writes it), a folded Conv as a Conv
+   (as :func:`~fusiontune.export.onnx_export.to_onnx` writes it), a folded Conv as a Conv
    with the new weight and bias, a folded or merged matrix as one Gemm, one 1x1 Conv or a
    MatMul (+ Add);
 4. wrap every group of two or more ops in a model-local ONNX function of the domain
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusiontune.errors import FusiontuneError
-from fusiontune.frontend.onnx_export import (
+from fusiontune.export.onnx_export import (
     _DEFAULT_DOMAINS,
     CUSTOM_DOMAIN_VERSION,
     DEFAULT_OPSET,
@@ -54,6 +54,7 @@ from fusiontune.frontend.onnx_export import (
     _form_for_opset,
     _value_info,
 )
+from fusiontune.frontend.embedded_plan import META, PLAN_DOMAIN, PLAN_DOMAIN_VERSION
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
@@ -64,16 +65,8 @@ if TYPE_CHECKING:
     from fusiontune.ops.linear import LinearParams
     from fusiontune.sim.execute import Node
 
-PLAN_DOMAIN = "fusiontune"
-"""ONNX domain of the group functions."""
-PLAN_DOMAIN_VERSION = 1
-"""Opset version declared for :data:`PLAN_DOMAIN`."""
 NODE_METADATA_IR_VERSION = 10
 """First ONNX IR version with ``NodeProto.metadata_props`` (onnx 1.16, IR version 10)."""
-META = "fusiontune."
-"""Prefix of every metadata key this exporter writes."""
-PLAN_KEY = META + "plan"
-"""Model metadata key holding the plan's canonical JSON."""
 GROUP_PREFIX = "group"
 """Functions and call nodes are named ``group<k>``, ``k`` the group's execution position."""
 META_KEYS = (
@@ -138,7 +131,7 @@ def export_plan(
         )
     path = Path(path)
     if format == "schedule":
-        from fusiontune.frontend.schedule import plan_schedule, write_schedule
+        from fusiontune.export.schedule import plan_schedule, write_schedule
 
         schedule = plan_schedule(graph, plan, hw)
         paths = write_schedule(schedule, path)
@@ -502,11 +495,3 @@ def _doc(meta: dict[str, str]) -> str:
         f"{meta['buffer_needed_bytes']} B, crossbars {meta['crossbars_needed']}, cycles "
         f"{meta['cycles']}"
     )
-
-
-def embedded_plan_json(model: onnx.ModelProto) -> str | None:
-    """The plan JSON an exported model carries in its metadata (``None`` for other models)."""
-    for prop in model.metadata_props:
-        if prop.key == PLAN_KEY:
-            return str(prop.value)
-    return None
