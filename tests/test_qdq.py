@@ -165,6 +165,24 @@ def test_greedy_fuses_conv_through_qdq_pool_and_residual(name: str) -> None:
     execute(graph, plan, random_inputs(graph), numerics="float", check=True)
 
 
+def test_dynamic_quantization_form_fuses_conv_scale_bias_relu() -> None:
+    """ConvInteger -> Cast(float) -> Mul(scales) -> Add(bias) -> Relu: the Cast pair is dropped
+    (the Conv writes the float output), so the greedy plan fuses the Conv with its rescale, bias,
+    ReLU, the stem's MaxPool and the residual Adds; DynamicQuantizeLinear stays OPAQUE."""
+    graph = _graph("resnet18n_int")
+    assert not any(op.op_type == "Cast" for op in graph.ops)
+    assert all(op.op_class is OpClass.OPAQUE
+               for op in graph.ops if op.op_type == "DynamicQuantizeLinear")  # fmt: skip
+    plan = greedy_plan(graph, PlannerConfig(), hw=HardwareConfig())
+    group_of = plan.group_of()
+    for op in graph.ops:
+        if op.op_type == "Relu":
+            members = {graph.op(m).op_type for m in plan.groups[group_of[op.name]].ops}
+            assert {"Conv", "Mul", "Relu"} <= members, op.name
+    pool = next(op for op in graph.ops if op.op_type == "MaxPool")
+    assert "Conv" in {graph.op(m).op_type for m in plan.groups[group_of[pool.name]].ops}
+
+
 def test_no_merge_across_quantize() -> None:
     """Rule 2 refuses a P3 merge of two FCs across a QuantizeLinear (round + clip), with the
     reason; streaming the same group is legal."""

@@ -393,7 +393,8 @@ class _Importer:
             self.constants[init.name] = self._tensor_value(init, "initializer")
         self._read_inputs()
         nodes, origin = inline_local_functions(self.model, str(self.path))
-        nodes, origin = expand_quantized_ops(nodes, origin, self.constants)
+        outs = [o.name for o in graph.output]
+        nodes, origin = expand_quantized_ops(nodes, origin, self.constants, outs)
         order = _topological(nodes)
         if order is None:
             raise self.fail("the graph has a cycle")

@@ -7,9 +7,10 @@ Called by :mod:`fusiontune.frontend.onnx_import` at two points:
    ``QLinearConv`` -> DequantizeLinear(x) -> Conv(DequantizeLinear(w), DequantizeLinear(bias,
    x_scale * w_scale)) -> QuantizeLinear(y); ``QLinearMatMul`` likewise with MatMul;
    ``ConvInteger`` / ``MatMulInteger`` -> Conv / MatMul of the zero-point-shifted operands
-   (DequantizeLinear with scale 1) -> Cast to int32; and onnxruntime's ``com.microsoft``
-   ``QLinearAdd``, ``QLinearMul``, ``QLinearGlobalAveragePool`` (channels first),
-   ``QLinearSoftmax`` and ``QGemm``.
+   (DequantizeLinear with scale 1) -> Cast to int32 (or, when a Cast to float is its only
+   reader, as onnxruntime's ``quantize_dynamic`` writes it, straight to that float output);
+   and onnxruntime's ``com.microsoft`` ``QLinearAdd``, ``QLinearMul``,
+   ``QLinearGlobalAveragePool`` (channels first), ``QLinearSoftmax`` and ``QGemm``.
    The dequantized weights are constants, so the importer folds them and the Conv/MatMul/Gemm
    is LINEAR like any float one. A ``QuantizeLinear`` without a zero point gets an explicit
    one (its type then says the code type).
@@ -101,18 +102,52 @@ def _integer(op_type: str) -> Callable[[onnx.NodeProto], list[onnx.NodeProto]]:
     (exact integers in float32 while the sums stay below 2**24), cast to int32."""
 
     def rewrite(node: onnx.NodeProto) -> list[onnx.NodeProto]:
-        r = _Rewrite(node)
-        x, w, xz, wz = (_input(node, i) for i in range(4))
-        axis = 0 if op_type == "Conv" else -1
-        ins = [r.dq(x, _ONE, xz, "x"), r.dq(w, _ONE, wz, "w", axis=axis)]
-        y = r.add(op_type, ins, op_type.lower(), name=node.name, **_attrs(node))
-        cast = helper.make_node(
-            "Cast", [y], [node.output[0]], f"{node.name}/cast", to=onnx.TensorProto.INT32
-        )
-        r.nodes.append(cast)
-        return r.nodes
+        return _integer_op(op_type, node, None)
 
     return rewrite
+
+
+def _integer_op(op_type: str, node: onnx.NodeProto, float_out: str | None) -> list[onnx.NodeProto]:
+    """The float form of an integer op; with ``float_out`` its result goes straight to the
+    output of the ``Cast`` to float that alone read it (the int32 round trip is the identity
+    on these integer values), so no OPAQUE Cast stands between the Conv and its epilogue."""
+    r = _Rewrite(node)
+    x, w, xz, wz = (_input(node, i) for i in range(4))
+    axis = 0 if op_type == "Conv" else -1
+    ins = [r.dq(x, _ONE, xz, "x"), r.dq(w, _ONE, wz, "w", axis=axis)]
+    if float_out is not None:
+        r.nodes.append(helper.make_node(op_type, ins, [float_out], node.name, **_attrs(node)))
+        return r.nodes
+    y = r.add(op_type, ins, op_type.lower(), name=node.name, **_attrs(node))
+    cast = helper.make_node(
+        "Cast", [y], [node.output[0]], f"{node.name}/cast", to=onnx.TensorProto.INT32
+    )
+    r.nodes.append(cast)
+    return r.nodes
+
+
+_INTEGER_OPS = {"ConvInteger": "Conv", "MatMulInteger": "MatMul"}
+
+
+def _casts_to_float(
+    nodes: Sequence[onnx.NodeProto], outputs: frozenset[str]
+) -> dict[str, onnx.NodeProto]:
+    """Integer op output -> the ``Cast`` to float32 that is its only reader (not a graph output)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for t in node.input:
+            readers.setdefault(t, []).append(node)
+    found = {}
+    for node in nodes:
+        if node.domain not in _DEFAULT or node.op_type not in _INTEGER_OPS:
+            continue
+        out = node.output[0]
+        (cast, *more) = readers.get(out, [None])
+        if more or cast is None or out in outputs or cast.op_type != "Cast":
+            continue
+        if int(_attrs(cast).get("to", 0)) == onnx.TensorProto.FLOAT:
+            found[out] = cast
+    return found
 
 
 def _qlinear_binary(op_type: str) -> Callable[[onnx.NodeProto], list[onnx.NodeProto]]:
@@ -178,7 +213,10 @@ _MS_REWRITES: dict[str, Callable[[onnx.NodeProto], list[onnx.NodeProto] | None]]
 
 
 def expand_quantized_ops(
-    nodes: Sequence[onnx.NodeProto], origin: Sequence[int], constants: dict[str, np.ndarray]
+    nodes: Sequence[onnx.NodeProto],
+    origin: Sequence[int],
+    constants: dict[str, np.ndarray],
+    outputs: Sequence[str] = (),
 ) -> tuple[list[onnx.NodeProto], list[int]]:
     """The nodes with each quantized operator replaced by its QDQ form (module docstring).
 
@@ -187,15 +225,23 @@ def expand_quantized_ops(
         origin: each node's top-level node index (kept for every node it becomes).
         constants: the importer's constants; gains the float 1.0 the integer forms need and
             the zero points made explicit.
+        outputs: the graph's outputs (an integer op's int32 output that is one keeps its Cast).
 
     Returns:
         The new nodes and their origins; the model itself is not changed.
     """
     out: list[onnx.NodeProto] = []
     out_origin: list[int] = []
+    casts = _casts_to_float(nodes, frozenset(outputs))
+    dropped = {id(cast) for cast in casts.values()}
     for node, where in zip(nodes, origin):
         new: list[onnx.NodeProto] | None = None
-        if node.domain in _DEFAULT and node.op_type in _DEFAULT_REWRITES:
+        if id(node) in dropped:
+            continue
+        if node.output and node.output[0] in casts:
+            cast = casts[node.output[0]]
+            new = _integer_op(_INTEGER_OPS[node.op_type], node, cast.output[0])
+        elif node.domain in _DEFAULT and node.op_type in _DEFAULT_REWRITES:
             new = _DEFAULT_REWRITES[node.op_type](node)
         elif node.domain == _MS and node.op_type in _MS_REWRITES:
             new = _MS_REWRITES[node.op_type](node)
