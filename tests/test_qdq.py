@@ -351,3 +351,32 @@ def test_to_onnx_writes_the_qdq_graph_back(name: str) -> None:
     err, tol, unit = _error(graph, reference_run(graph, feeds)[graph.outputs[0]],
                             sess.run(None, feeds)[0])  # fmt: skip
     assert err <= tol, f"{err:.3g} {unit}"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "zero"), [("uint8", 0), ("uint8", 131), ("int8", -128), ("int8", 0)]
+)
+def test_cim_matmul_on_grids_is_the_integer_product(dtype: str, zero: int) -> None:
+    """On operands that carry their grids, the crossbars compute ``sum((q - z) * c)`` exactly
+    (bit-serial inputs, sliced cells, tiles of 128 rows, ADC that never reaches its top), for
+    uint8/int8 codes with any zero point and per-column weight steps; a 4-bit ADC saturates."""
+    from fusiontune.ir.quant import INTEGER_RANGES, QuantParams
+    from fusiontune.sim.cim import CimNumerics, cim_matmul
+
+    rng = np.random.default_rng(0)
+    lo, hi = INTEGER_RANGES[dtype]
+    m, k, n = 5, 300, 7  # three crossbar tiles of 128 rows
+    codes = rng.integers(lo, hi + 1, size=(m, k))
+    w_codes = rng.integers(-127, 128, size=(k, n))
+    x_scale, w_scale = 0.0173, rng.uniform(0.001, 0.01, size=n)
+    x = ((codes - zero) * np.float32(x_scale)).astype(np.float32)
+    w = (w_codes * w_scale).astype(np.float32)
+    grid = CrossbarGrid(QuantParams.of(np.float32(x_scale), np.asarray(zero), dtype, None), w_scale)
+    exact = ((codes - zero) @ w_codes) * np.float64(np.float32(x_scale)) * w_scale
+    wide = CimNumerics(adc_bits=12)  # 128 rows x 1-bit DAC x 3 (2-bit cell) = 384 < 4095
+    got = cim_matmul(x, w, wide, grid)
+    np.testing.assert_allclose(got, exact, rtol=1e-6, atol=1e-6 * np.abs(exact).max())
+    np.testing.assert_allclose(cim_matmul(x, w, CimNumerics(), grid), got, rtol=0, atol=0)
+    assert np.abs(cim_matmul(x, w, CimNumerics(adc_bits=4), grid) - exact).max() > 1e-2
+    half = grid.columns(2, 5)
+    np.testing.assert_array_equal(cim_matmul(x, w[:, 2:5], wide, half), got[:, 2:5])
