@@ -331,26 +331,33 @@ def test_weight_behind_quantize_of_a_float_constant(tmp_path: Path) -> None:
     assert err <= tol, f"cim: {err:.3g} {unit}"
 
 
-@pytest.mark.parametrize("name", ["resnet18n_qdq_tensor", "resnet18n_qop"])
-def test_to_onnx_writes_the_qdq_graph_back(name: str) -> None:
-    """``to_onnx`` of a loaded quantized model (weights as their float values, activation Q/DQ
-    as ops) runs in onnxruntime as written (``ORT_DISABLE_ALL``) and gives the reference's
-    outputs. Not the optimized session: seeing float weights between Q/DQ ops, onnxruntime's
-    optimizer quantizes them again with scales of its own (its saved graph gains 50
-    DequantizeLinear ops, then QLinearConv) and lands 3 output steps away (measured); writing
-    a weight that carries a grid as int8 + DequantizeLinear is left to the exporter."""
+@pytest.mark.parametrize("name", ["resnet18n_qdq_tensor", "resnet18n_qop", "resnet18n_int"])
+def test_to_onnx_writes_the_quantized_model_back(name: str, tmp_path: Path) -> None:
+    """``to_onnx`` of a loaded quantized model writes each weight with a grid as its codes and a
+    DequantizeLinear: onnxruntime (as written and with its integer kernels) gives the
+    reference's outputs, and loading the file again gives the same weights and grids."""
     from fusiontune import to_onnx
 
     graph = _graph(name)
     feeds = random_inputs(graph, seed=2)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(
-        to_onnx(graph).SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    path = tmp_path / f"{name}.onnx"
+    model = to_onnx(graph, path)
+    assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) > sum(
+        op.op_type == "DequantizeLinear" for op in graph.ops
     )
-    err, tol, unit = _error(graph, reference_run(graph, feeds)[graph.outputs[0]],
-                            sess.run(None, feeds)[0])  # fmt: skip
-    assert err <= tol, f"{err:.3g} {unit}"
+    ref = reference_run(graph, feeds)[graph.outputs[0]]
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        err, tol, unit = _error(graph, ref, sess.run(None, feeds)[0])
+        assert err <= tol, f"{level}: {err:.3g} {unit}"
+    again = load_onnx(path)
+    for t in graph.tensors.values():
+        if t.quant is not None:
+            back = again.tensors[t.name]
+            np.testing.assert_array_equal(back.value, t.value)
+            assert back.quant is not None and back.quant.key() == t.quant.key()
 
 
 @pytest.mark.parametrize(

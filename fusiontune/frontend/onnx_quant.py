@@ -18,6 +18,9 @@ Called by :mod:`fusiontune.frontend.onnx_import` at two points:
    folded weight lies on; the importer attaches it to the weight (``Tensor.quant``), where the
    CIM numerics find the model's integer codes.
 
+And :func:`quantized_initializer` is the exporter's way back (``to_onnx``): a weight with a
+grid is written as its integer codes and a DequantizeLinear.
+
 Other quantized operators (``QLinearConcat``, ``QAttention``, ...) load as
 OPAQUE with the importer's warning.
 """
@@ -279,3 +282,32 @@ def folded_grid(op: Op, values: Sequence[np.ndarray | None]) -> QuantParams | No
     zp = values[2] if len(values) > 2 else None
     axis = attr_i(op, "axis") % max(codes.ndim, 1) if np.asarray(scale).size > 1 else None
     return QuantParams.of(np.asarray(scale), zp, dtype, axis)
+
+
+def quantized_initializer(
+    name: str, value: np.ndarray, grid: QuantParams
+) -> tuple[list[tuple[str, np.ndarray]], onnx.NodeProto]:
+    """A dequantized weight written back as its codes: the initializers (codes, scale, zero
+    point) and the DequantizeLinear that makes ``name`` from them, so an exported quantized
+    model is quantized again (onnxruntime runs its integer kernels, the importer finds the
+    grid). The codes reproduce ``value`` exactly (it is ``scale * (code - zero_point)``)."""
+    axis = grid.axis
+    shape = [1] * value.ndim
+    if axis is not None:
+        shape[axis] = -1
+    scale = grid.scale.astype(np.float32)
+    zero = grid.zero_point
+    codes = np.rint(value.astype(np.float64) / scale.reshape(shape).astype(np.float64))
+    codes = codes + zero.reshape(shape)
+    lo, hi = grid.code_range
+    codes = np.clip(codes, lo, hi).astype(grid.dtype)
+    stem = f"{name}/quantized"
+    flat = -1 if axis is not None else ()
+    tensors = [(f"{stem}/codes", codes), (f"{stem}/scale", scale.reshape(flat))]
+    if grid.dtype != "int32":  # ONNX: an int32 DequantizeLinear (a bias) has no zero point
+        tensors.append((f"{stem}/zero_point", zero.astype(grid.dtype).reshape(flat)))
+    attrs: dict[str, Any] = {} if axis is None else {"axis": axis}
+    node = helper.make_node(
+        "DequantizeLinear", [t for t, _ in tensors], [name], f"{stem}/dequantize", **attrs
+    )
+    return tensors, node
