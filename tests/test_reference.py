@@ -591,9 +591,56 @@ def _classes_on_one_activation(op_type: str) -> set[OpClass]:
 def test_every_elementwise_op_has_a_unary_test() -> None:
     """Every op type the registry classes ELEMWISE is among the unary cases above."""
     tested = {t for t, _ in UNARY_CASES} | {"Clip", "PRelu", "Pow", "Max", "Min"}
+    tested |= {"QuantizeLinear", "DequantizeLinear"}  # test_quantize_dequantize below
     elementwise = {t for t in REGISTRY if OpClass.ELEMWISE in _classes_on_one_activation(t)}
     assert elementwise, "no ELEMWISE op registered"
     assert tested >= elementwise, sorted(elementwise - tested)
+
+
+QUANT_CASES = {  # (code dtype, per-channel, zero point): onnxruntime's QDQ forms
+    "uint8_tensor": ("uint8", False, 3),
+    "int8_tensor": ("int8", False, -5),
+    "int8_channel": ("int8", True, 0),
+    "uint8_channel": ("uint8", True, 7),
+    "int16_tensor": ("int16", False, 11),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUANT_CASES))
+def test_quantize_dequantize(case: str) -> None:
+    """QuantizeLinear (round half to even, saturation) and DequantizeLinear vs onnxruntime:
+    codes equal exactly, dequantized values within REL_TOL."""
+    dtype, per_channel, zp = QUANT_CASES[case]
+    x = rnd(2, 3, 4, 5) * np.float32(4.0)
+    scale = np.float32(0.05) if not per_channel else np.asarray([0.02, 0.05, 0.1], np.float32)
+    zero = np.full(np.shape(scale), zp, dtype=dtype)
+    x[0, 0, 0, :3] = [0.025 * 3, 0.025 * 5, 1e6]  # ties (per tensor) and a saturating value
+    graph, feeds = single_op("QuantizeLinear", [A(x), C(scale), C(zero)], out_dtypes=[dtype])
+    assert graph.ops[0].op_class is OpClass.ELEMWISE
+    codes = reference_run(graph, feeds)["y"]
+    np.testing.assert_array_equal(codes, ort_run(graph, feeds)["y"])
+    check_vs_ort(graph, feeds)
+    graph, feeds = single_op("DequantizeLinear", [A(codes), C(scale), C(zero)])
+    assert graph.ops[0].op_class is OpClass.ELEMWISE
+    check_vs_ort(graph, feeds)
+
+
+def test_dequantize_int32_bias_and_dynamic_quantize() -> None:
+    """DequantizeLinear of int32 codes without a zero point (a bias) and DynamicQuantizeLinear
+    (OPAQUE: its scale reduces the whole tensor) vs onnxruntime."""
+    codes = np.arange(-60, 60, dtype=np.int32).reshape(2, 3, 4, 5)
+    graph, feeds = single_op("DequantizeLinear", [A(codes), C(np.float32(0.003))])
+    check_vs_ort(graph, feeds)
+    x = rnd(2, 3, 4, 5)
+    graph, feeds = single_op(
+        "DynamicQuantizeLinear", [A(x)], out_shapes=[x.shape, (), ()],
+        out_dtypes=["uint8", "float32", "uint8"], n_outputs=3,
+    )  # fmt: skip
+    assert graph.ops[0].op_class is OpClass.OPAQUE
+    ref, want = reference_run(graph, feeds), ort_run(graph, feeds)
+    for name in graph.outputs:
+        np.testing.assert_array_equal(ref[name], want[name])
+    check_vs_ort(graph, feeds)
 
 
 @pytest.mark.parametrize(

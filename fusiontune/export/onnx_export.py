@@ -67,7 +67,14 @@ def to_onnx(
     out = model.graph
     out.name = graph.name
     for name, t in graph.tensors.items():
-        if t.value is not None:
+        if t.value is not None and t.quant is not None:  # a dequantized weight: its codes
+            from fusiontune.frontend.onnx_quant import quantized_initializer
+
+            parts, dequantize = quantized_initializer(name, np.asarray(t.value), t.quant)
+            for part, value in parts:
+                _fill_tensor(out.initializer.add(), part, value)
+            out.node.append(dequantize)
+        elif t.value is not None:
             _fill_tensor(out.initializer.add(), name, np.asarray(t.value))
     for op in graph.ops:
         inputs, attrs, outputs, extra = _form_for_opset(op, graph, opset)

@@ -15,7 +15,7 @@ The pipeline, top to bottom:
 5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
 
 :func:`load_onnx_with_plan` also reads back the plan a model exported by
-:func:`~fusiontune.frontend.plan_export.export_plan` spells: each top-level node (a group's
+:func:`~fusiontune.export.plan_export.export_plan` spells: each top-level node (a group's
 function call, or a plain node) is one group of the ops it inlines to.
 
 Activations are float32: a float graph input of another dtype is rejected (no silent cast).
@@ -37,7 +37,9 @@ from onnx import numpy_helper
 from fusiontune import limits
 from fusiontune.errors import FusiontuneError, ModelLoadError
 from fusiontune.frontend.onnx_functions import inline_local_functions
+from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
 from fusiontune.ir.graph import Graph, Op, Tensor
+from fusiontune.ir.quant import QuantParams
 from fusiontune.ops import KNOWN_OP_TYPES, def_of, infer_op_shapes
 
 if TYPE_CHECKING:
@@ -92,7 +94,7 @@ def load_onnx_with_plan(
 ) -> tuple[Graph, Plan | None]:
     """Load an ONNX model and the fusion plan it was exported with, if any.
 
-    For a model written by :func:`~fusiontune.frontend.plan_export.export_plan` (its
+    For a model written by :func:`~fusiontune.export.plan_export.export_plan` (its
     metadata holds the plan), every top-level node becomes one group: a group function's
     call groups the ops of its body (folded and merged weights included, so a merged chain
     is one LINEAR op now), a plain node is a group of one. Modes follow from the ops: one op
@@ -356,6 +358,7 @@ class _Importer:
     inputs: list[str] = field(default_factory=list)
     unknown: Counter[str] = field(default_factory=Counter)
     origin: dict[str, int] = field(default_factory=dict)  # op name -> top-level node index
+    grids: dict[str, QuantParams] = field(default_factory=dict)  # dequantized constants
     fold_limit_bytes: int = 0
     _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
 
@@ -390,6 +393,8 @@ class _Importer:
             self.constants[init.name] = self._tensor_value(init, "initializer")
         self._read_inputs()
         nodes, origin = inline_local_functions(self.model, str(self.path))
+        outs = [o.name for o in graph.output]
+        nodes, origin = expand_quantized_ops(nodes, origin, self.constants, outs)
         order = _topological(nodes)
         if order is None:
             raise self.fail("the graph has a cycle")
@@ -600,7 +605,8 @@ class _Importer:
     def _constant_tensor(self, name: str) -> None:
         if name not in self.tensors:
             value = self.constants[name]
-            self.tensors[name] = Tensor(name, value.shape, str(value.dtype), value)
+            grid = self.grids.get(name)
+            self.tensors[name] = Tensor(name, value.shape, str(value.dtype), value, grid)
 
     def _fold(self, node: onnx.NodeProto, op: Op) -> bool:
         """Fold ``op`` into constants when its value is known now; True when folded."""
@@ -627,6 +633,9 @@ class _Importer:
         for out, value in zip(node.output, results):
             if out:
                 self.constants[out] = np.asarray(value)
+        grid = folded_grid(op, values)  # a dequantized weight: keep its integer grid
+        if grid is not None:
+            self.grids[node.output[0]] = grid
         return True
 
     def _evaluate(

@@ -20,6 +20,7 @@ import numpy as np
 
 from fusiontune.errors import GraphLintError
 from fusiontune.ir.opclass import OpClass
+from fusiontune.ir.quant import QuantParams
 from fusiontune.ops import classify, def_of, infer_op_shapes, matrix_shape
 
 AttrValue = Any  # int | float | str | tuple[int, ...] | tuple[float, ...] | np.ndarray
@@ -35,12 +36,15 @@ class Tensor:
         dtype: numpy dtype name ("float32", "int64", ...).
         value: the constant's data (read-only) for weights and other constants; ``None``
             for activations, which are computed at run time.
+        quant: the integer grid of a constant the importer dequantized (a QDQ model's
+            weight: ``value`` is ``scale * (code - zero_point)`` exactly), else ``None``.
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str = "float32"
     value: np.ndarray | None = None
+    quant: QuantParams | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -321,6 +325,8 @@ class Graph:
             h.update(json.dumps([name, list(t.shape), t.dtype]).encode())
             if t.value is not None:
                 h.update(np.ascontiguousarray(t.value).tobytes())
+            if t.quant is not None:  # absent from the hash of every unquantized graph
+                h.update(t.quant.key())
         for op in self.ops:
             attrs = {k: _attr_for_hash(v) for k, v in sorted(op.attrs.items())}
             record = [op.name, op.domain, op.op_type, list(op.inputs), list(op.outputs), attrs]

@@ -23,11 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, IllegalPlanError, ShapeError
+from fusiontune.ir.quant import CrossbarGrid
 from fusiontune.ops.base import (
     DTYPE,
     Array,
@@ -59,6 +60,44 @@ if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
 
 MatmulFn = Callable[[Array, Array], Array]  # (M, K) @ (K, N) -> (M, N)
+
+
+@runtime_checkable
+class GridMatmul(Protocol):
+    """A crossbar product that uses its operands' integer grids (CIM numerics on a quantized
+    model); :func:`on_grid` makes one from a matmul that offers ``on_grid``."""
+
+    def __call__(self, x: Array, w: Array) -> Array: ...
+
+    def columns(self, lo: int, hi: int) -> GridMatmul:
+        """The same product for output columns ``lo:hi`` of the weight it was bound to."""
+        ...
+
+
+def on_grid(
+    matmul: MatmulFn, grid: CrossbarGrid | None, lo: int = 0, hi: int | None = None
+) -> MatmulFn:
+    """``matmul`` told the grids of a LINEAR op's operands (columns ``lo:hi`` of its weight);
+    a matmul without ``on_grid`` (float) or a ``None`` grid is returned unchanged."""
+    bind = getattr(matmul, "on_grid", None)
+    if grid is None or bind is None:
+        return matmul
+    if grid.w_scale is not None and (lo or hi is not None):
+        grid = grid.columns(lo, len(grid.w_scale) if hi is None else hi)
+    bound: MatmulFn = bind(grid)
+    return bound
+
+
+def grid_columns(p: LinearParams, cols: slice) -> CrossbarGrid | None:
+    """The grid of ``p`` for its output columns ``cols`` (a tile of a ``"matrix"`` op)."""
+    if p.grid is None or p.grid.w_scale is None:
+        return p.grid
+    lo, hi, _ = cols.indices(len(p.grid.w_scale))
+    return p.grid.columns(lo, hi)
+
+
+def _columns(matmul: MatmulFn, lo: int, hi: int) -> MatmulFn:
+    return matmul.columns(lo, hi) if isinstance(matmul, GridMatmul) else matmul
 
 
 def matmul_float(x: Array, w: Array) -> Array:
@@ -385,7 +424,13 @@ def conv_nd(
             out = np.matmul(w_mat[None], cols)  # (N, G, C_out/G, P)
         else:
             rows = cols.transpose(1, 0, 3, 2).reshape(group, n * npix, ck)
-            prod = np.stack([matmul(rows[g], w_mat[g].T) for g in range(group)])
+            per = c_out // group
+            prod = np.stack(
+                [
+                    _columns(matmul, g * per, (g + 1) * per)(rows[g], w_mat[g].T)
+                    for g in range(group)
+                ]
+            )
             out = prod.reshape(group, n, npix, c_out // group).transpose(1, 0, 3, 2)
         out = out.reshape(n, c_out, *win.out_spatial)
     out = out.astype(DTYPE, copy=False)
@@ -419,6 +464,10 @@ class LinearParams:
         out_axis: matrix output feature axis.
         out_shape: output shape of the (last) op.
         source_op: the op the params came from (conv window attributes).
+        grid: the integer grids of the crossbar operands of a quantized model's op (its input
+            after a DequantizeLinear, its weight dequantized by the importer), kept through
+            folds (the codes stay, the steps scale) and dropped by a merge (a product of two
+            grids is on none); ``None``: CIM numerics quantize by the operands' peaks.
     """
 
     kind: str
@@ -429,6 +478,7 @@ class LinearParams:
     out_axis: int = -1
     out_shape: tuple[int, ...] = ()
     source_op: Op | None = None
+    grid: CrossbarGrid | None = None
 
     @property
     def out_channels(self) -> int:
@@ -449,7 +499,8 @@ class LinearParams:
             w = w * scale.reshape(1, -1)
         b = np.zeros(self.out_channels) if self.bias is None else self.bias.astype(np.float64)
         b = b * scale + shift
-        return replace(self, weight=w.astype(DTYPE), bias=np.asarray(b, dtype=DTYPE))
+        grid = None if self.grid is None else self.grid.scaled(np.broadcast_to(scale, b.shape))
+        return replace(self, weight=w.astype(DTYPE), bias=np.asarray(b, dtype=DTYPE), grid=grid)
 
     def then(self, nxt: LinearParams) -> LinearParams:
         """Merge two matrices: ``W = W1 @ W2``, ``b = b1 @ W2 + b2`` (DESIGN §4 P3)."""
@@ -464,16 +515,60 @@ class LinearParams:
             bias=np.asarray(b, dtype=DTYPE),
             out_axis=nxt.out_axis,
             out_shape=nxt.out_shape,
+            grid=None if self.grid is None or self.grid.x is None else CrossbarGrid(self.grid.x),
         )
 
 
 def linear_params(graph: Graph, op: Op, as_matrix: bool = False) -> LinearParams:
     """Weights of a LINEAR op. ``as_matrix`` views a 1×1 stride-1 unpadded Conv as a matrix.
 
+    In a quantized model the params carry the operands' grids (:func:`crossbar_grid`).
+
     Raises:
         IllegalPlanError: ``as_matrix`` for a Conv that is not a pointwise FC, or a MatMul
             with a batched weight.
     """
+    p = _linear_params(graph, op, as_matrix)
+    grid = crossbar_grid(graph, op, p)
+    return p if grid is None else replace(p, grid=grid)
+
+
+def crossbar_grid(graph: Graph, op: Op, p: LinearParams) -> CrossbarGrid | None:
+    """The grids of a LINEAR op's crossbar operands, or ``None`` (neither is on a known grid).
+
+    The input's: the per-tensor grid of the DequantizeLinear producing it. The weight's: the
+    grid the importer recorded on the weight constant (``Tensor.quant``), as one step per
+    output column; a per-channel grid along another axis (the reduction) gives none. Gemm's
+    ``alpha`` scales the steps. ConvTranspose: no grid (its crossbar matrix is rearranged).
+    """
+    from fusiontune.ops.quant import grid_of
+
+    producer = graph.producer(op.inputs[0])
+    x = grid_of(graph, producer) if producer is not None else None
+    if x is not None and x.axis is not None:
+        x = None
+    quant = graph.tensors[op.inputs[1]].quant
+    w_scale = None
+    if quant is not None and p.kind != "conv_transpose":
+        w = graph.tensors[op.inputs[1]]
+        out_axis = (
+            0 if op.op_type == "Conv" or (op.op_type == "Gemm" and attr_i(op, "transB")) else 1
+        )
+        n_out = w.shape[out_axis]
+        if quant.axis is None:
+            w_scale = np.full(n_out, float(quant.scale))
+        elif quant.axis == out_axis % len(w.shape):
+            w_scale = np.asarray(quant.scale, np.float64).copy()
+        if w_scale is not None and op.op_type == "Gemm":
+            w_scale = w_scale * abs(attr_f(op, "alpha"))
+        if w_scale is not None and not np.all(w_scale > 0):
+            w_scale = None
+    if x is None and w_scale is None:
+        return None
+    return CrossbarGrid(x, w_scale)
+
+
+def _linear_params(graph: Graph, op: Op, as_matrix: bool) -> LinearParams:
     consts = [graph.tensors[t].value if t else None for t in op.inputs]
     out_shape = graph.tensors[op.output].shape
     if op.op_type == "ConvTranspose":
@@ -530,7 +625,7 @@ def apply_matrix(p: LinearParams, x: Array, matmul: MatmulFn = matmul_float) -> 
     """Run a ``"matrix"`` LinearParams on the full input ``x``."""
     xm = np.moveaxis(x, p.in_axis, -1)
     rows = xm.reshape(-1, xm.shape[-1])
-    y = matmul(rows, p.weight)
+    y = on_grid(matmul, p.grid)(rows, p.weight)
     if p.bias is not None:
         y = y + (p.bias if p.bias.ndim == 1 else p.bias.reshape(-1, y.shape[-1]))
     n_out = p.weight.shape[1]

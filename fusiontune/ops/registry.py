@@ -16,7 +16,7 @@ import numpy as np
 
 from fusiontune.errors import FusiontuneError, closest
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import indexing, layout, linear, misc, norm, pointwise, resize, window
+from fusiontune.ops import indexing, layout, linear, misc, norm, pointwise, quant, resize, window
 from fusiontune.ops.base import (
     DEFAULT_DOMAINS,
     ELEMENT_OPS_PER_ELEM,
@@ -38,7 +38,7 @@ from fusiontune.ops.base import (
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op, Tensor
 
-FAMILIES = (pointwise, window, linear, norm, layout, resize, misc, indexing)
+FAMILIES = (pointwise, window, linear, norm, layout, resize, misc, indexing, quant)
 
 
 def _register() -> None:

@@ -154,7 +154,14 @@ def has_padding(op: Op) -> bool:
 
 
 def pad_for_window(x: Array, win: Window, fill: float) -> Array:
-    """Pad the spatial axes with the explicit pads plus what ceil_mode's last window needs."""
+    """Pad the spatial axes with the explicit pads plus what ceil_mode's last window needs.
+
+    An integer array (a quantized tensor in a max pool) takes ``fill`` clipped to its type's
+    range: ``-inf`` pads with the smallest code.
+    """
+    if x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        fill = float(np.clip(fill, info.min, info.max))
     widths = [(0, 0), (0, 0)]
     for n, o, s, e, pb, pe in zip(
         x.shape[2:], win.out_spatial, win.strides, win.effective, win.pads_begin, win.pads_end

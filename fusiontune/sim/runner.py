@@ -41,6 +41,7 @@ from fusiontune.ops.linear import (
     conv_nd,
     conv_transpose_rows,
     deconv_geometry,
+    on_grid,
 )
 from fusiontune.ops.window import window_geometry
 from fusiontune.sim.rows import RowKind, RowMap, height, row_axes
@@ -396,7 +397,7 @@ class GroupRunner:
             assert x is not None and rm.window is not None
             win, _, _ = rm.window.band(a, b, self.slots[node.inputs[0]].height)
             if p is not None:
-                return conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)
+                return conv_nd(x, p.weight, p.bias, win, p.group, on_grid(self.matmul, p.grid))
             op = node.kernel_op
             band = def_of(op).band
             assert band is not None
@@ -488,7 +489,8 @@ class GroupRunner:
                 if p.kind == "conv":
                     assert p.source_op is not None
                     win = window_geometry(p.source_op, x.shape[2:], p.weight.shape[2:])
-                    outs = [conv_nd(x, p.weight, p.bias, win, p.group, self.matmul)]
+                    mm = on_grid(self.matmul, p.grid)
+                    outs = [conv_nd(x, p.weight, p.bias, win, p.group, mm)]
                 elif p.kind == "conv_transpose":
                     outs = [transposed_rows(p, x, None, self.matmul)]
                 else:
@@ -601,7 +603,7 @@ def matrix_rows(p: LinearParams, x: Array, matmul: MatmulFn) -> Array:
     """A ``"matrix"`` LinearParams applied to a band of rows (any rows axis but its own)."""
     xm = np.moveaxis(x, p.in_axis, -1)
     flat = xm.reshape(-1, xm.shape[-1])
-    y = matmul(flat, p.weight)
+    y = on_grid(matmul, p.grid)(flat, p.weight)
     if p.bias is not None:
         y = y + p.bias
     y = y.reshape(*xm.shape[:-1], p.weight.shape[1])

@@ -20,7 +20,7 @@ from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ops import DTYPE, AffineKind, PoolReduce, affine_kind, def_of, run_fused
 from fusiontune.ops.base import attr_f
-from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd
+from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd, grid_columns, on_grid
 from fusiontune.ops.window import Window
 from fusiontune.sim.runner import (
     Dram,
@@ -214,7 +214,8 @@ class _TiledRun:
             return kernel(self.op, band, win)
         bias = None if p.bias is None else p.bias[c0:c1]
         group = 1 if geo.group == 1 else (c1 - c0) // geo.per_group_out
-        return conv_nd(band, p.weight[c0:c1], bias, win, group, self.matmul)
+        mm = on_grid(self.matmul, p.grid, c0, c1)
+        return conv_nd(band, p.weight[c0:c1], bias, win, group, mm)
 
     # ---- window_split --------------------------------------------------------------------------
     def window_split(self, tiling: Tiling) -> None:
@@ -245,7 +246,7 @@ class _TiledRun:
                         band = part[:, :, max(start, 0) - g0 : min(end, height) - g0,
                                     max(left, 0) - f0 : min(right, width) - f0]  # fmt: skip
                         total += conv_nd(band, p.weight[c0:c1, k0:k1], None, tile_win, 1,
-                                         self.matmul)  # fmt: skip
+                                         on_grid(self.matmul, p.grid, c0, c1))  # fmt: skip
                         self.free(part.size)
                     if p.bias is not None:  # the epilogue, once per output tile
                         total += p.bias[c0:c1].reshape(1, -1, 1, 1)
@@ -367,7 +368,7 @@ class _TiledRun:
                 held = (in_box, self.fetch(x, in_box))
             cols = box[axis]
             bias = p.bias if p.bias is None or p.bias.ndim == 0 else p.bias[cols]
-            sub = replace(p, weight=p.weight[:, cols], bias=bias)
+            sub = replace(p, weight=p.weight[:, cols], bias=bias, grid=grid_columns(p, cols))
             size = math.prod(b.stop - b.start for b in box)
             self.hold(size, out, "output tile")
             self.put(out, box, matrix_rows(sub, held[1], self.matmul))
@@ -390,7 +391,8 @@ class _TiledRun:
             for k0 in range(0, k, t_k):
                 feats = slice(k0, min(k0 + t_k, k))
                 part = self.fetch(x, tuple(feats if a == axis else b for a, b in enumerate(box)))
-                sub = replace(p, weight=p.weight[feats, cols], bias=None)
+                grid = grid_columns(p, cols)
+                sub = replace(p, weight=p.weight[feats, cols], bias=None, grid=grid)
                 total += matrix_rows(sub, part, self.matmul)
                 self.free(part.size)
             if p.bias is not None:  # the epilogue, once per output box
