@@ -1118,6 +1118,18 @@ ONE_CASE_PER_OP: dict[str, Callable[[], OpCase]] = {
     **{t: partial(single_op, t, [A(rnd(2, 3, 5, 6))])
        for t in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")},
     **{t: partial(reduce_case, t, (1,), 1) for t in REDUCE_TYPES},
+    "QuantizeLinear": lambda: single_op(
+        "QuantizeLinear", [A(rnd(2, 3, 4, 5) * 4), C(np.float32(0.05)), C(np.uint8(3))],
+        out_dtypes=["uint8"],
+    ),
+    "DequantizeLinear": lambda: single_op(
+        "DequantizeLinear", [A(np.arange(120, dtype=np.int8).reshape(2, 3, 4, 5)),
+                             C(np.float32(0.05)), C(np.int8(-5))],
+    ),
+    "DynamicQuantizeLinear": lambda: single_op(
+        "DynamicQuantizeLinear", [A(rnd(2, 3, 4, 5))], out_shapes=[(2, 3, 4, 5), (), ()],
+        out_dtypes=["uint8", "float32", "uint8"], n_outputs=3,
+    ),
 }  # fmt: skip
 for _op_type, _attrs in UNARY_CASES:
     ONE_CASE_PER_OP.setdefault(_op_type, partial(unary_case, _op_type, _attrs))
