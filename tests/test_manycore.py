@@ -225,3 +225,19 @@ def test_bad_chip_names_the_key(overrides: dict[str, object], key: str, allowed:
     with pytest.raises(ConfigError, match=f"overrides: key '{key}'") as err:
         load_hardware("isaac_reram", overrides)
     assert allowed in str(err.value)
+
+
+def test_more_crossbars_than_the_chip_is_a_violation() -> None:
+    graph = _chain()  # 3 crossbars on a 2-core chip of 1 crossbar each
+    plan = Plan((Group(("conv1", "conv2"), Mode.STREAM),))
+    placed = place_plan(graph, plan, _chip(2))
+    assert not placed.feasible
+    assert "need 3 crossbars, the chip has 2 (2 cores x 1)" in placed.violations[-1]
+
+
+def test_chip_keys_are_hashed_only_when_set() -> None:
+    flat, many = load_hardware("isaac_reram"), load_hardware("isaac_168")
+    assert many.hash != flat.hash
+    assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
+    row = simulate(_chain(), unfused_plan(_chain()), flat).as_dict()
+    assert row["noc_bytes"] == 0 and row["movement_bytes"] == row["traffic_bytes"]
