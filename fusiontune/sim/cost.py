@@ -211,6 +211,9 @@ def _cache_for(graph: Graph, hw: HardwareConfig) -> dict[Any, GroupMetrics]:
 
 def clear_cache() -> None:
     """Drop every cached group cost (benchmarks measure the cold path with it)."""
+    from fusiontune.sim.placement import clear_placements
+
+    clear_placements()
     _CACHE.clear()
     _LOWER.clear()
     clear_models()

@@ -23,9 +23,10 @@ A one-core chip gives no network bytes and one core whose peak is the flat model
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import WeightMatrix, group_needs, line_buffers
@@ -200,6 +201,15 @@ def _place_stage(
     return StagePlacement(m.ops, copies, tile - start, start, tuple(used), home)
 
 
+MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose placed groups stay cached
+_CACHE: OrderedDict[tuple[str, str], dict[Any, PlacedGroup]] = OrderedDict()
+
+
+def clear_placements() -> None:
+    """Drop every cached placed group (``cost.clear_cache`` calls it)."""
+    _CACHE.clear()
+
+
 def place_group(
     graph: Graph,
     group: Group,
@@ -207,7 +217,8 @@ def place_group(
     start: int = 0,
     replication: Mapping[str, int] | None = None,
 ) -> PlacedGroup:
-    """Place one group from crossbar ``start`` (see the module docstring).
+    """Place one group from crossbar ``start`` (see the module docstring); cached by graph
+    structure, hardware, group, ``start`` and the copies of the group's ops.
 
     Args:
         graph: the graph.
@@ -216,9 +227,26 @@ def place_group(
         start: the first free crossbar (packing order).
         replication: copies per LINEAR op name (default 1); a merged chain takes its first op's.
     """
+    pair = (graph.structural_hash, hw.hash)
+    table = _CACHE.get(pair)
+    if table is None:
+        table = _CACHE[pair] = {}
+        while len(_CACHE) > MAX_CACHED_PAIRS:
+            _CACHE.popitem(last=False)
+    reps = replication or {}
+    copies = tuple((n, reps[n]) for n in group.ops if reps.get(n, 1) != 1) if reps else ()
+    key = (group.ops, group.mode.value, start, copies)
+    hit = table.get(key)
+    if hit is None:
+        hit = table[key] = _place_group(graph, group, hw, start, reps)
+    return hit
+
+
+def _place_group(
+    graph: Graph, group: Group, hw: HardwareConfig, start: int, reps: Mapping[str, int]
+) -> PlacedGroup:
     from fusiontune.sim.cost import group_cost
 
-    reps = replication or {}
     flow = _Flow(hw)
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
