@@ -241,3 +241,46 @@ def test_chip_keys_are_hashed_only_when_set() -> None:
     assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
     row = simulate(_chain(), unfused_plan(_chain()), flat).as_dict()
     assert row["noc_bytes"] == 0 and row["movement_bytes"] == row["traffic_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("cores", "chip"),
+    [(2, {}), (4, {"topology": "bus"}), (6, {"mesh_width": 3}), (8, {"topology": "cmesh",
+     "concentration": 2})],
+)  # fmt: skip
+def test_placement_invariants_on_small_chips(cores: int, chip: dict[str, object]) -> None:
+    graph = build_zoo("resnet18", input_size=32)
+    flat = HardwareConfig()
+    hw = flat.replace(cores=cores, n_crossbars=cores * 2048, buffer_bytes=cores * 2**20, **chip)
+    for plan in (unfused_plan(graph), greedy_plan(graph, PlannerConfig(), flat)):
+        placed = place_plan(graph, plan, hw)
+        m = simulate(graph, plan, flat)
+        assert placed.feasible and sum(placed.core_crossbars_used) == m.crossbars_needed
+        assert sum(g.noc_bytes for g in placed.groups) == placed.noc_bytes > 0
+        if hw.topology == "bus":
+            assert placed.noc_byte_hops == placed.noc_bytes  # one hop between any two cores
+        elif hw.concentration == 1:
+            assert placed.noc_byte_hops >= placed.noc_bytes  # distinct cores: >= 1 hop
+        by_ops = {g.ops: g for g in plan.groups}
+        for pg in placed.groups:  # the cores' charges together cover the group's peak
+            needed = group_cost(graph, by_ops[pg.ops], hw).buffer_needed_bytes
+            assert sum(pg.core_buffer_bytes.values()) >= needed
+
+
+def test_exact_replication_respects_copy_caps() -> None:
+    rng = random.Random(7)
+    for _ in range(20):
+        n = rng.randint(1, 3)
+        c = [rng.randint(1, 300) for _ in range(n)]
+        x = [rng.randint(1, 4) for _ in range(n)]
+        caps = [rng.randint(1, 4) for _ in range(n)]
+        budget = sum(x) + rng.randint(0, 12)
+        stages = [Stage(f"s{i}", 0, c[i], x[i], c[i], False) for i in range(n)]
+        rep = exact_replication(stages, budget, caps)
+        best = min(
+            max(ci / ri for ci, ri in zip(c, r))
+            for r in itertools.product(*(range(1, u + 1) for u in caps))
+            if sum(ri * xi for ri, xi in zip(r, x)) <= budget
+        )
+        assert rep.bottleneck_cycles == pytest.approx(best, rel=1e-12)
+        assert all(1 <= r <= u for r, u in zip(rep.copies, caps)) and rep.feasible
