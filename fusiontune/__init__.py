@@ -70,6 +70,12 @@ _EXPORTS: dict[str, str] = {
     "capacity_bound": "fusiontune.sim.bounds",
     "chip_area_mm2": "fusiontune.sim.area",
     "area_breakdown": "fusiontune.sim.area",
+    "place_plan": "fusiontune.sim.placement",
+    "PlacedPlan": "fusiontune.sim.placement",
+    "plan_stages": "fusiontune.sim.replication",
+    "exact_replication": "fusiontune.sim.replication",
+    "balance_replication": "fusiontune.sim.replication",
+    "uniform_replication": "fusiontune.sim.replication",
     # search
     "optimal_plan": "fusiontune.search.optimize",
     "OptimalPlan": "fusiontune.search.optimize",

@@ -413,3 +413,14 @@ def test_exp_bound_rows_order_the_bounds_and_the_diagnostic() -> None:
         assert row["baseline_bytes"] <= row["bound_bytes"] <= row["optimum_bytes"]
         assert row["bound_bytes"] <= row["hull_exact_bytes"]  # a stricter capacity test
         assert row["bound_bytes"] == capacity_bound(graph, hw)  # the diagnostic restored it
+
+
+# ---- exp_manycore -------------------------------------------------------------------------
+def test_exp_manycore_rows_on_lenet5() -> None:
+    exp = _load("exp_manycore")
+    placement, replication = exp.run(("lenet5",), 30.0)
+    assert [r["plan"] for r in placement] == ["unfused", "greedy", "optimal"]
+    for p, r in zip(placement, replication):
+        assert p["dram_bytes"] <= p["movement_bytes"] and p["noc_byte_hops"] >= 0
+        assert r["exact_proven"] and r["img_s_exact"] >= max(r["img_s_balance"], r["img_s_none"])
+        assert r["xbars_exact"] <= 16128

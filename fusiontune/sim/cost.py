@@ -141,6 +141,10 @@ class Metrics(CostFields):
     Additive fields are sums over groups; ``buffer_needed_bytes`` is the max over groups,
     ``crossbars_needed`` the sum (resident weights) or the max (weights loaded per
     inference); ``lower_bound_bytes`` is the compulsory traffic of the graph.
+    ``traffic_bytes`` counts DRAM bytes only; on a many-core chip (``hw.cores > 1``,
+    ``docs/cores.md``) the bytes between cores are ``noc_bytes`` / ``noc_byte_hops`` from
+    :func:`fusiontune.sim.placement.place_plan`, and its violations (a core's buffer overflowing)
+    join ``violations``. On one core they are 0 and ``core_peak_buffer_bytes`` is empty.
     """
 
     graph_name: str
@@ -151,6 +155,18 @@ class Metrics(CostFields):
     groups: tuple[GroupMetrics, ...] = field(repr=False)
     area_mm2: float = 0.0
     """Chip area of the hardware (:mod:`fusiontune.sim.area`; the same for every plan)."""
+    noc_bytes: int = 0
+    """Bytes crossing cores on the network (0 on a one-core chip)."""
+    noc_byte_hops: int = 0
+    """Those bytes times the router hops they take."""
+    noc_energy_pj: float = 0.0
+    """``noc_byte_hops x 8 x noc_pj_per_bit_hop``; not part of ``energy_pj`` (the group model's
+    additive energy, which the optimizer sums): the chip's total is their sum."""
+    movement_bytes: float = 0.0
+    """DRAM bytes + byte-hops x ``noc_pj_per_bit_hop / dram_pj_per_bit``: every byte moved, the
+    network's in DRAM bytes of equal energy (``traffic_bytes`` on one core)."""
+    core_peak_buffer_bytes: tuple[int, ...] = field(default=(), repr=False)
+    """Per core, the most it holds in any group (empty on a one-core chip)."""
 
     def as_dict(self) -> dict[str, Any]:
         """Flat row for the ``trials`` table (no per-group rows; violations joined by ``; ``)."""
@@ -160,7 +176,15 @@ class Metrics(CostFields):
             "hw_hash": self.hw_hash,
             "n_groups": self.n_groups,
         }
-        tail = {"lower_bound_bytes": self.lower_bound_bytes, "area_mm2": self.area_mm2}
+        tail = {
+            "lower_bound_bytes": self.lower_bound_bytes,
+            "area_mm2": self.area_mm2,
+            "noc_bytes": self.noc_bytes,
+            "noc_byte_hops": self.noc_byte_hops,
+            "noc_energy_pj": self.noc_energy_pj,
+            "movement_bytes": self.movement_bytes,
+            "core_peak_max_bytes": max(self.core_peak_buffer_bytes, default=0),
+        }
         return {**head, **self.cost_dict(), **tail}
 
     def group_rows(self) -> list[dict[str, Any]]:
@@ -187,6 +211,9 @@ def _cache_for(graph: Graph, hw: HardwareConfig) -> dict[Any, GroupMetrics]:
 
 def clear_cache() -> None:
     """Drop every cached group cost (benchmarks measure the cold path with it)."""
+    from fusiontune.sim.placement import clear_placements
+
+    clear_placements()
     _CACHE.clear()
     _LOWER.clear()
     clear_models()
@@ -318,6 +345,9 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
             )
     else:
         crossbars = int(stack[:, crossbar_col].max())
+    chip: dict[str, Any] = {"movement_bytes": float(values["traffic_bytes"])}
+    if hw.cores > 1:
+        chip = _chip_fields(graph, plan, hw, values["traffic_bytes"], violations)
     return Metrics(
         graph_name=graph.name,
         graph_hash=graph.structural_hash,
@@ -331,7 +361,27 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
         feasible=not violations,
         violations=tuple(violations),
         groups=tuple(rows),
+        **chip,
     )
+
+
+def _chip_fields(
+    graph: Graph, plan: Plan, hw: HardwareConfig, traffic_bytes: int, violations: list[str]
+) -> dict[str, Any]:
+    """The many-core fields of :class:`Metrics` (``docs/cores.md``); adds the placement's
+    violations to ``violations``."""
+    from fusiontune.sim.placement import place_plan
+
+    placed = place_plan(graph, plan, hw)
+    violations.extend(v for v in placed.violations if not v.startswith("plan:"))
+    ratio = hw.noc_pj_per_bit_hop / hw.dram_pj_per_bit if hw.dram_pj_per_bit else 0.0
+    return {
+        "noc_bytes": placed.noc_bytes,
+        "noc_byte_hops": placed.noc_byte_hops,
+        "noc_energy_pj": placed.noc_energy_pj,
+        "movement_bytes": traffic_bytes + placed.noc_byte_hops * ratio,
+        "core_peak_buffer_bytes": placed.core_peak_buffer_bytes,
+    }
 
 
 # ---- compulsory traffic -------------------------------------------------------------------

@@ -41,6 +41,16 @@ ADC_SAMPLE_RATE_GSPS = 1.2  # same source: the ADC converts 1.2e9 samples per se
 ISAAC_TILES = 168
 ISAAC_CROSSBARS_PER_TILE = 12 * 8
 ISAAC_EDRAM_PER_TILE_BYTES = 64 * KIB
+# Accelergy hwcomponents-library, ``isaac_router`` (32 nm, 1 ns cycle): 20.74 pJ per 256-bit
+# read; its ``isaac_router_shared_by_four`` notes: ISAAC shares each router between 4 tiles
+# (a concentrated mesh) and the router bandwidth equals the tile's eDRAM bandwidth (256 bits
+# per cycle). One hop = one router traversal.
+ISAAC_ROUTER_PJ = 20.74
+ISAAC_ROUTER_BITS = 256
+
+TOPOLOGIES = ("mesh", "cmesh", "bus")
+"""Networks on chip (:mod:`fusiontune.sim.placement`): a 2-D mesh of one core per router, a
+concentrated mesh of ``concentration`` cores per router, or a bus (one hop between any two)."""
 
 # cim-parameters.md, derived row: PUMAsim 128x128 crossbar power 0.3 mW over a 100 ns read
 # cycle, shared by 16,384 cells -> 0.3e-3 W * 100e-9 s / 16384 = 1.83 fJ per cell operation.
@@ -127,6 +137,23 @@ class HardwareConfig:
         buffer_tech: technology of the activation buffer, ``edram`` (ISAAC's, the default) or
             ``sram``; it sets the buffer's area per KiB (:mod:`fusiontune.sim.area`) and
             nothing else: the access energy is ``buffer_pj_per_bit``, given per preset.
+        cores: cores of the chip (``docs/cores.md``), each with ``n_crossbars / cores``
+            crossbars and ``buffer_bytes / cores`` of buffer (both must divide). 1 (the
+            default) is the flat model: one pool of crossbars and one buffer, no network.
+            ISAAC: 168 tiles; PUMA: 138 tiles.
+        topology: the network between the cores, ``mesh``, ``cmesh`` or ``bus``
+            (:data:`TOPOLOGIES`); hops are Manhattan distances between routers on a (c)mesh,
+            1 between any two cores on a bus.
+        mesh_width: routers per row of a (c)mesh; 0 (default) takes the most square shape
+            (the least divisor of the router count that is at least its square root).
+        concentration: cores per router (``cmesh``; 1 on a ``mesh``; ISAAC and PUMAsim: 4).
+            Cores under one router are 0 hops apart.
+        noc_pj_per_bit_hop: energy of one bit through one router, 0.081 pJ (Accelergy
+            ``isaac_router``: 20.74 pJ per 256 bits).
+        noc_link_bytes_per_cycle: bytes a link carries per clock, 32 (Accelergy's ISAAC
+            router: the tile's 256-bit eDRAM bandwidth); reported, not yet in ``cycles``.
+        global_buffer_bytes: a buffer shared by all cores (0: none, as on ISAAC); described,
+            not yet used by placement.
     """
 
     name: str = "isaac_reram"
@@ -160,6 +187,13 @@ class HardwareConfig:
     weight_reload: bool = False
     psum_bits: int = 0
     buffer_tech: str = "edram"
+    cores: int = 1
+    topology: str = "mesh"
+    mesh_width: int = 0
+    concentration: int = 1
+    noc_pj_per_bit_hop: float = ISAAC_ROUTER_PJ / ISAAC_ROUTER_BITS
+    noc_link_bytes_per_cycle: int = ISAAC_ROUTER_BITS // BITS_PER_BYTE
+    global_buffer_bytes: int = 0
 
     def __post_init__(self) -> None:
         """Refuse out-of-range or contradictory values however the config was built (a direct
@@ -200,6 +234,28 @@ class HardwareConfig:
         """Clock cycles per input bit-slice: the crossbar read or the shared ADC, the slower."""
         slice_ns = max(self.crossbar_cycle_ns, self.cols_per_adc * self.adc_conversion_ns)
         return math.ceil(slice_ns * self.clock_ghz - 1e-9)
+
+    @property
+    def core_crossbars(self) -> int:
+        """Crossbars of one core (``n_crossbars / cores``)."""
+        return self.n_crossbars // self.cores
+
+    @property
+    def core_buffer_bytes(self) -> int:
+        """Buffer of one core (``buffer_bytes / cores``)."""
+        return self.buffer_bytes // self.cores
+
+    @property
+    def routers(self) -> int:
+        """Routers of the network (``cores / concentration``; 1 on a bus)."""
+        return 1 if self.topology == "bus" else self.cores // self.concentration
+
+    @property
+    def mesh_shape(self) -> tuple[int, int]:
+        """``(width, height)`` of the router mesh (``(1, 1)`` on a bus)."""
+        n = self.routers
+        width = self.mesh_width or next(w for w in range(1, n + 1) if n % w == 0 and w * w >= n)
+        return width, n // width
 
     def weight_bytes(self, n_weights: int) -> int:
         """Bytes of ``n_weights`` weights at ``weight_bits`` each."""
@@ -284,6 +340,13 @@ _RULES: dict[str, tuple[str, float, float]] = {
     "name": (_STR, 0, 0),
     "dram_kind": (_STR, 0, 0),
     "buffer_tech": (_STR, 0, 0),
+    "cores": (_INT, 1, MAX_COUNT),
+    "topology": (_STR, 0, 0),
+    "mesh_width": (_INT, 0, MAX_COUNT),
+    "concentration": (_INT, 1, MAX_COUNT),
+    "noc_pj_per_bit_hop": (_FLOAT, 0.0, MAX_ENERGY_PJ),
+    "noc_link_bytes_per_cycle": (_INT, 1, MAX_COUNT),
+    "global_buffer_bytes": (_INT, 0, MAX_BUFFER_BYTES),
 }
 _KEYS = tuple(f.name for f in fields(HardwareConfig))
 _HASHED_ONLY_WHEN_SET: dict[str, Any] = {
@@ -292,6 +355,13 @@ _HASHED_ONLY_WHEN_SET: dict[str, Any] = {
     "weight_reload": HardwareConfig.weight_reload,
     "psum_bits": HardwareConfig.psum_bits,
     "buffer_tech": HardwareConfig.buffer_tech,
+    "cores": HardwareConfig.cores,
+    "topology": HardwareConfig.topology,
+    "mesh_width": HardwareConfig.mesh_width,
+    "concentration": HardwareConfig.concentration,
+    "noc_pj_per_bit_hop": HardwareConfig.noc_pj_per_bit_hop,
+    "noc_link_bytes_per_cycle": HardwareConfig.noc_link_bytes_per_cycle,
+    "global_buffer_bytes": HardwareConfig.global_buffer_bytes,
 }
 """Knobs whose default reproduces the model before they existed: hashed only when changed, so
 every earlier config keeps its :attr:`HardwareConfig.hash` (stored results stay comparable)."""
@@ -416,11 +486,53 @@ def _check_consistent(hw: HardwareConfig, source: str) -> None:
             f"{source}: key 'weight_bits' = {hw.weight_bits} needs {hw.weight_slices} columns of "
             f"{hw.cell_bits}-bit cells, more than crossbar_cols = {hw.crossbar_cols}"
         )
+    _check_chip(hw, source)
     table = dict(hw.adc_pj_by_bits)
     if hw.adc_bits not in table:
         raise ConfigError(
             f"{source}: key 'adc_bits' = {hw.adc_bits} has no energy in adc_pj_by_bits; "
             f"allowed {', '.join(str(b) for b in sorted(table))}"
+        )
+
+
+def _check_chip(hw: HardwareConfig, source: str) -> None:
+    """The many-core keys (``docs/cores.md``): a chip the placement model can lay out."""
+    if hw.topology not in TOPOLOGIES:
+        raise ConfigError(
+            f"{source}: key 'topology' = {hw.topology!r} is not one of "
+            f"{', '.join(TOPOLOGIES)}{closest(str(hw.topology), TOPOLOGIES)}"
+        )
+    for key in ("n_crossbars", "buffer_bytes"):
+        total = getattr(hw, key)
+        if total % hw.cores or total < hw.cores:
+            raise ConfigError(
+                f"{source}: key 'cores' = {hw.cores} does not divide {key} = {total}; each "
+                f"core holds {key} / cores, so cores must divide it"
+            )
+    if hw.topology == "bus":
+        if hw.mesh_width or hw.concentration != 1:
+            raise ConfigError(
+                f"{source}: key 'topology' = 'bus' takes no mesh_width or concentration "
+                f"(got mesh_width {hw.mesh_width}, concentration {hw.concentration}); allowed "
+                f"mesh_width 0 and concentration 1"
+            )
+        return
+    if hw.topology == "mesh" and hw.concentration != 1:
+        raise ConfigError(
+            f"{source}: key 'concentration' = {hw.concentration} needs topology 'cmesh'; a "
+            f"'mesh' has one core per router (allowed concentration 1)"
+        )
+    if hw.cores % hw.concentration:
+        raise ConfigError(
+            f"{source}: key 'concentration' = {hw.concentration} does not divide cores = "
+            f"{hw.cores}; a {hw.topology} needs width x height x concentration = cores"
+        )
+    routers = hw.cores // hw.concentration
+    if hw.mesh_width and routers % hw.mesh_width:
+        raise ConfigError(
+            f"{source}: key 'mesh_width' = {hw.mesh_width} does not divide the {routers} "
+            f"routers (cores {hw.cores} / concentration {hw.concentration}); a "
+            f"{hw.topology} needs width x height x concentration = cores"
         )
 
 
@@ -449,7 +561,8 @@ def load_hardware(
     Args:
         path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
             name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``, ``zigzag_aimc``,
-            ``stream_tpu_like``: ``fusiontune/presets/hardware/<name>.yaml``) or a YAML path.
+            ``stream_tpu_like``; many-core: ``isaac_168``, ``puma_138``:
+            ``fusiontune/presets/hardware/<name>.yaml``) or a YAML path.
             A YAML file lists any subset of the fields; the rest keep their defaults.
         overrides: field values applied on top (validated the same way).
 

@@ -1,0 +1,395 @@
+"""Placement of a plan on a many-core chip: cores, network bytes, per-core buffers.
+
+The model of ``docs/cores.md`` (read it first), in five stages per group of the plan:
+
+1. **node partition** — each LINEAR stage's matrix (:func:`fusiontune.sim.needs.group_needs`;
+   one merged matrix for a ``merge`` group) is cut into crossbar tiles, ``row_tiles x col_tiles``
+   per matrix, ``count`` matrices, ``r`` copies (replication);
+2. **packing** — tiles fill the crossbars of consecutive cores (network order: a snake over
+   the routers of a mesh), the whole plan at once when weights are resident;
+3. **homes** — a stage's home is the core of its first tile (its input line buffer and its
+   gathered output live there); a non-crossbar op runs on its producer's core;
+4. **network** — input scatter to the other cores of a stage, partial sums of row-split
+   matrices to the core of row tile 0, output gather to the home, tensors between ops on
+   different cores: ``noc_bytes`` and ``noc_byte_hops`` (hops from :func:`hops`);
+5. **buffers** — the group's peak (:func:`fusiontune.sim.needs.line_buffers`) charged per
+   tensor to the cores that read it; a core over ``core_buffer_bytes`` makes the group
+   infeasible with a reason.
+
+A one-core chip gives no network bytes and one core whose peak is the flat model's
+``buffer_needed_bytes`` (the reduction ``tests/test_manycore.py`` checks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
+from fusiontune.sim.needs import WeightMatrix, group_needs, line_buffers
+
+if TYPE_CHECKING:
+    from fusiontune.ir.graph import Graph
+    from fusiontune.planner.plan import Group, Plan
+
+PSUM_BITS_PER_ACT_BIT = 2
+"""Partial sums default to twice the activation bits (as ``groupmodel.PSUM_BITS_PER_ACT_BIT``)."""
+
+
+# ---- topology -------------------------------------------------------------------------------
+def router_xy(hw: HardwareConfig, core: int) -> tuple[int, int]:
+    """Grid position of ``core``'s router: routers in snake order over ``hw.mesh_shape``."""
+    width, _ = hw.mesh_shape
+    router = core // hw.concentration
+    y, x = divmod(router, width)
+    return (x if y % 2 == 0 else width - 1 - x), y
+
+
+def hops(hw: HardwareConfig, a: int, b: int) -> int:
+    """Router traversals between cores ``a`` and ``b`` (0 for the same core or router)."""
+    if a == b:
+        return 0
+    if hw.topology == "bus":
+        return 1
+    (xa, ya), (xb, yb) = router_xy(hw, a), router_xy(hw, b)
+    return abs(xa - xb) + abs(ya - yb)
+
+
+def matrix_tiles(m: WeightMatrix, hw: HardwareConfig) -> tuple[int, int]:
+    """``(row_tiles, col_tiles)`` of one of ``m``'s ``count`` matrices on ``hw``'s crossbars."""
+    row_tiles = math.ceil(m.rows / hw.crossbar_rows)
+    col_tiles = math.ceil(m.cols * hw.weight_slices / hw.crossbar_cols)
+    return row_tiles, col_tiles
+
+
+def matrix_crossbars(m: WeightMatrix, hw: HardwareConfig) -> int:
+    """Crossbars of one copy of ``m`` (the flat model's count)."""
+    row_tiles, col_tiles = matrix_tiles(m, hw)
+    return row_tiles * col_tiles * m.count
+
+
+def _col_tile_outputs(cols: int, col_tiles: int, hw: HardwareConfig) -> list[int]:
+    """Logical output columns per column tile (a column belongs to its first physical one)."""
+    ws, width = hw.weight_slices, hw.crossbar_cols
+    starts = [min(cols, -(-j * width // ws)) for j in range(col_tiles + 1)]
+    return [starts[j + 1] - starts[j] for j in range(col_tiles)]
+
+
+# ---- results --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StagePlacement:
+    """One LINEAR stage on the chip.
+
+    Attributes:
+        ops: the LINEAR op(s) of its matrix (several for a merged chain).
+        copies: replication ``r``.
+        crossbars: crossbars it occupies (all copies).
+        first_crossbar: index of its first crossbar on the chip (packing order).
+        cores: the cores holding its tiles, in order.
+        home: the core of its first tile (input line buffer, gathered output).
+    """
+
+    ops: tuple[str, ...]
+    copies: int
+    crossbars: int
+    first_crossbar: int
+    cores: tuple[int, ...]
+    home: int
+
+
+@dataclass(frozen=True)
+class PlacedGroup:
+    """One group of a plan placed on the chip (fields in ``docs/cores.md``).
+
+    Attributes:
+        ops: the group's ops.
+        stages: its LINEAR stages.
+        home: each op's core.
+        noc_bytes: bytes crossing cores inside the group.
+        noc_byte_hops: those bytes times their hops.
+        core_buffer_bytes: bytes each core holds at the group's peak (cores holding any).
+        violations: why the group does not fit (empty when it does).
+    """
+
+    ops: tuple[str, ...]
+    stages: tuple[StagePlacement, ...]
+    home: Mapping[str, int]
+    noc_bytes: int
+    noc_byte_hops: int
+    core_buffer_bytes: Mapping[int, int]
+    violations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlacedPlan:
+    """A plan placed on a many-core chip.
+
+    Attributes:
+        groups: the placed groups, in execution order.
+        noc_bytes: bytes crossing cores (sum over groups).
+        noc_byte_hops: byte-hops (sum over groups).
+        noc_energy_pj: ``noc_byte_hops x 8 x noc_pj_per_bit_hop``.
+        core_peak_buffer_bytes: per core, its largest charge over the groups.
+        core_crossbars_used: per core, crossbars the plan's weights occupy (resident weights;
+            else the most any group occupies).
+        violations: groups over a core's buffer, or more crossbars than the chip has.
+    """
+
+    groups: tuple[PlacedGroup, ...]
+    noc_bytes: int
+    noc_byte_hops: int
+    noc_energy_pj: float
+    core_peak_buffer_bytes: tuple[int, ...]
+    core_crossbars_used: tuple[int, ...]
+    violations: tuple[str, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+
+# ---- placement ------------------------------------------------------------------------------
+class _Flow:
+    """Network transfers of one group: bytes and byte-hops."""
+
+    def __init__(self, hw: HardwareConfig) -> None:
+        self.hw = hw
+        self.bytes = 0
+        self.byte_hops = 0
+
+    def send(self, src: int, dst: int, n_bytes: int) -> None:
+        if src != dst and n_bytes:
+            self.bytes += n_bytes
+            self.byte_hops += n_bytes * hops(self.hw, src, dst)
+
+
+def _copy_vectors(vectors: int, copies: int) -> list[int]:
+    base, extra = divmod(vectors, copies)
+    return [base + (k < extra) for k in range(copies)]
+
+
+def _place_stage(
+    m: WeightMatrix, copies: int, start: int, hw: HardwareConfig, flow: _Flow
+) -> StagePlacement:
+    """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``."""
+    per_core, cores = hw.core_crossbars, hw.cores
+    row_tiles, col_tiles = matrix_tiles(m, hw)
+    outs = _col_tile_outputs(m.cols, col_tiles, hw)
+    ab = hw.act_bytes
+    psum_bytes = math.ceil((hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits) / BITS_PER_BYTE)
+    rows = [min(hw.crossbar_rows, m.rows - i * hw.crossbar_rows) for i in range(row_tiles)]
+    home = (start // per_core) % cores
+    used: dict[int, None] = {}
+    tile = start
+    for vec in _copy_vectors(m.vectors, copies):
+        for _g in range(m.count):
+            needed: dict[int, set[int]] = {}  # core -> row tiles of this matrix it holds
+            for j in range(col_tiles):
+                reducer = (tile // per_core) % cores
+                for i in range(row_tiles):
+                    core = (tile // per_core) % cores
+                    used[core] = None
+                    needed.setdefault(core, set()).add(i)
+                    flow.send(core, reducer, vec * outs[j] * psum_bytes)  # partial sums
+                    tile += 1
+                flow.send(reducer, home, vec * outs[j] * ab)  # output gather
+            for core, tiles in needed.items():  # input scatter from the home's line buffer
+                flow.send(home, core, vec * sum(rows[i] for i in tiles) * ab)
+    return StagePlacement(m.ops, copies, tile - start, start, tuple(used), home)
+
+
+MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose placed groups stay cached
+_CACHE: OrderedDict[tuple[str, str], dict[Any, PlacedGroup]] = OrderedDict()
+
+
+def clear_placements() -> None:
+    """Drop every cached placed group (``cost.clear_cache`` calls it)."""
+    _CACHE.clear()
+
+
+def place_group(
+    graph: Graph,
+    group: Group,
+    hw: HardwareConfig,
+    start: int = 0,
+    replication: Mapping[str, int] | None = None,
+) -> PlacedGroup:
+    """Place one group from crossbar ``start`` (see the module docstring); cached by graph
+    structure, hardware, group, ``start`` and the copies of the group's ops.
+
+    Args:
+        graph: the graph.
+        group: one group of a plan.
+        hw: the chip.
+        start: the first free crossbar (packing order).
+        replication: copies per LINEAR op name (default 1); a merged chain takes its first op's.
+    """
+    pair = (graph.structural_hash, hw.hash)
+    table = _CACHE.get(pair)
+    if table is None:
+        table = _CACHE[pair] = {}
+        while len(_CACHE) > MAX_CACHED_PAIRS:
+            _CACHE.popitem(last=False)
+    reps = replication or {}
+    copies = tuple((n, reps[n]) for n in group.ops if reps.get(n, 1) != 1) if reps else ()
+    key = (group.ops, group.mode.value, start, copies)
+    hit = table.get(key)
+    if hit is None:
+        hit = table[key] = _place_group(graph, group, hw, start, reps)
+    return hit
+
+
+def _place_group(
+    graph: Graph, group: Group, hw: HardwareConfig, start: int, reps: Mapping[str, int]
+) -> PlacedGroup:
+    from fusiontune.sim.cost import group_cost
+
+    flow = _Flow(hw)
+    stages: list[StagePlacement] = []
+    home: dict[str, int] = {}
+    cursor = start
+    for m in group_needs(graph, group).matrices:
+        stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow)
+        cursor += stage.crossbars
+        stages.append(stage)
+        home.update(dict.fromkeys(m.ops, stage.home))
+    members = set(group.ops)
+    ops = [op for op in graph.ops if op.name in members]
+    producer = graph.producer_map
+    consumers = graph.consumer_map
+
+    def internal(t: str) -> bool:
+        return producer.get(t) in members and not graph.is_constant(t)
+
+    deferred = []
+    for op in ops:  # a non-crossbar op runs on the core of its producer
+        if op.name in home:
+            continue
+        src = next((t for t in op.inputs if t and internal(t)), None)
+        if src is None or producer[src] not in home:
+            deferred.append(op)  # inputs from DRAM (or from such an op only)
+        else:
+            home[op.name] = home[producer[src]]
+    fallback = stages[0].home if stages else (start // hw.core_crossbars) % hw.cores
+    for op in reversed(deferred):  # on the core of its first consumer in the group
+        readers = [c for t in op.outputs for c in consumers.get(t, ()) if c in home]
+        home[op.name] = home[readers[0]] if readers else fallback
+    for op in ops:  # tensors between ops on different cores, once per reading core
+        for t in op.outputs:
+            reading = {home[c] for c in consumers.get(t, ()) if c in members}
+            n_bytes = math.prod(graph.tensors[t].shape) * hw.act_bytes
+            for core in reading:
+                flow.send(home[op.name], core, n_bytes)
+    needed = group_cost(graph, group, hw).buffer_needed_bytes
+    charge = _charge_buffers(graph, group, hw, home, needed)
+    violations = [
+        f"group {_name(group)}: core {core} holds {b} B at the group's peak, its buffer "
+        f"(core_buffer_bytes = buffer_bytes / cores) is {hw.core_buffer_bytes} B"
+        for core, b in sorted(charge.items())
+        if b > hw.core_buffer_bytes
+    ]
+    return PlacedGroup(
+        ops=group.ops,
+        stages=tuple(stages),
+        home=home,
+        noc_bytes=flow.bytes,
+        noc_byte_hops=flow.byte_hops,
+        core_buffer_bytes=charge,
+        violations=tuple(violations),
+    )
+
+
+def _charge_buffers(
+    graph: Graph, group: Group, hw: HardwareConfig, home: Mapping[str, int], needed: int
+) -> dict[int, int]:
+    """Bytes each core holds at the group's peak (``docs/cores.md``, placement step 5);
+    ``needed``: the group model's ``buffer_needed_bytes``."""
+    last = group.ops[-1] if len(group.ops) == 1 else _last_op(graph, group)
+    charge: dict[int, int] = {}
+    if len(group.ops) == 1:  # a singleton (maybe tiled through DRAM): its own peak
+        charge[home[group.ops[0]]] = needed
+        return charge
+    members = set(group.ops)
+    held = 0
+    for lb in line_buffers(graph, group):
+        n_bytes = lb.elems * hw.act_bytes
+        held += n_bytes
+        cores = {home[c] for c in graph.consumer_map.get(lb.tensor, ()) if c in members}
+        if not cores:
+            cores = {home.get(graph.producer_map.get(lb.tensor, ""), home[last])}
+        for core in cores:
+            charge[core] = charge.get(core, 0) + n_bytes
+    rest = needed - held  # accumulators: not tensors' rows
+    if rest > 0:
+        charge[home[last]] = charge.get(home[last], 0) + rest
+    return charge
+
+
+def _last_op(graph: Graph, group: Group) -> str:
+    members = set(group.ops)
+    return [op.name for op in graph.ops if op.name in members][-1]
+
+
+def _name(group: Group) -> str:
+    ops = group.ops
+    return f"[{ops[0]}]" if len(ops) == 1 else f"[{ops[0]} .. {ops[-1]}] ({len(ops)} ops)"
+
+
+def place_plan(
+    graph: Graph,
+    plan: Plan,
+    hw: HardwareConfig,
+    replication: Mapping[str, int] | None = None,
+) -> PlacedPlan:
+    """Place every group of ``plan`` on ``hw`` (``docs/cores.md``).
+
+    Groups go in execution order; with weights resident the crossbars fill on from group to
+    group (the whole plan stays mapped), else each group starts at core 0. More crossbars than
+    the chip has is a violation (the fill wraps around so the counts stay defined).
+
+    Args:
+        graph: the graph.
+        plan: the plan (not checked for legality).
+        hw: the chip (any core count; one core gives no network bytes).
+        replication: copies per LINEAR op name (default 1 each).
+    """
+    from fusiontune.sim.execute import group_order
+
+    peaks = [0] * hw.cores
+    used = [0] * hw.cores
+    placed: list[PlacedGroup] = []
+    violations: list[str] = []
+    cursor = 0
+    for gi in group_order(graph, plan):
+        group = plan.groups[gi]
+        start = cursor if hw.weights_resident else 0
+        pg = place_group(graph, group, hw, start, replication)
+        placed.append(pg)
+        violations.extend(pg.violations)
+        for core, b in pg.core_buffer_bytes.items():
+            peaks[core] = max(peaks[core], b)
+        end = start + sum(s.crossbars for s in pg.stages)
+        cursor = end if hw.weights_resident else max(cursor, end)
+    total = cursor
+    if total > hw.n_crossbars:
+        what = "resident weights" if hw.weights_resident else "a group's stages"
+        violations.append(
+            f"plan: {what} need {total} crossbars, the chip has {hw.n_crossbars} "
+            f"({hw.cores} cores x {hw.core_crossbars})"
+        )
+    for core in range(hw.cores):
+        used[core] = max(0, min(hw.core_crossbars, total - core * hw.core_crossbars))
+    noc_bytes = sum(g.noc_bytes for g in placed)
+    byte_hops = sum(g.noc_byte_hops for g in placed)
+    return PlacedPlan(
+        groups=tuple(placed),
+        noc_bytes=noc_bytes,
+        noc_byte_hops=byte_hops,
+        noc_energy_pj=byte_hops * BITS_PER_BYTE * hw.noc_pj_per_bit_hop,
+        core_peak_buffer_bytes=tuple(peaks),
+        core_crossbars_used=tuple(used),
+        violations=tuple(violations),
+    )
