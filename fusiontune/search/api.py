@@ -283,8 +283,13 @@ def _check_seconds(name: str, value: object, allow_none: bool) -> None:
     """A duration in seconds: a finite number (> 0 for a time limit, >= 0 for an interval)."""
     if value is None and allow_none:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (allow_none and value == 0):  # type: ignore[operator]
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+        or (allow_none and value == 0)
+    ):
         allowed = "a number of seconds > 0, or None for no limit" if allow_none else "seconds >= 0"
         raise ConfigError(f"{name} = {value!r} is not allowed; give {allowed}")
 
