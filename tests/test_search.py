@@ -220,3 +220,17 @@ def test_groups_table_from_the_evaluations_equals_a_re_simulation(
     assert len(result.groups) > 0 and not simulated  # every plan's groups came with it
     again = _groups_table(_graph("resnet18"), result.trials, "resnet18")  # nothing known
     pd.testing.assert_frame_equal(result.groups, again)
+
+
+def test_stored_plan_and_hardware_go_through_the_validating_readers() -> None:
+    """A stored plan naming an unknown op, or stored hardware with an unknown key, is refused
+    with a message naming where it came from (no KeyError, no TypeError)."""
+    from fusiontune.errors import ConfigError, IllegalPlanError
+    from fusiontune.search.api import _plan_of
+
+    graph = _graph("resnet18")
+    bad_plan = json.dumps({"groups": [{"ops": ["no_such_op"], "mode": "single"}]})
+    with pytest.raises(IllegalPlanError, match=r"stored plan abc.*no_such_op"):
+        _plan_of(bad_plan, graph, None, "stored plan abc")
+    with pytest.raises(ConfigError, match="row 7"):
+        hardware_from_json(json.dumps({"bogus_knob": 1}), "row 7")

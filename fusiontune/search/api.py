@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from fusiontune.ir.graph import Graph
-    from fusiontune.planner.plan import Plan
+    from fusiontune.planner.plan import Plan, PlannerConfig
     from fusiontune.sim.hardware import HardwareConfig
 
 EXHAUSTIVE_MAX_PLANS = 2000
@@ -283,8 +283,13 @@ def _check_seconds(name: str, value: object, allow_none: bool) -> None:
     """A duration in seconds: a finite number (> 0 for a time limit, >= 0 for an interval)."""
     if value is None and allow_none:
         return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (allow_none and value == 0):  # type: ignore[operator]
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+        or (allow_none and value == 0)
+    ):
         allowed = "a number of seconds > 0, or None for no limit" if allow_none else "seconds >= 0"
         raise ConfigError(f"{name} = {value!r} is not allowed; give {allowed}")
 
@@ -356,7 +361,7 @@ def _finish(
     import pandas as pd
 
     trials_df = pd.concat(frames, ignore_index=True)
-    best_plan = _plan_of(best.plan_json)
+    best_plan = _plan_of(best.plan_json, graph, problem.config, f"trial {best.trial}'s plan")
     if verify_best:
         err, passed = _verify(graph, best_plan, res.hardware_from_json(best.hw_json))
         mask = (trials_df["plan_hash"] == best.plan_hash) & (trials_df["hw_hash"] == best.hw_hash)
@@ -365,7 +370,7 @@ def _finish(
         summary_extra = {"verify_best": {"max_rel_err": err, "passed": passed}}
     else:
         summary_extra = {}
-    groups_df = _groups_table(graph, trials_df, name, groups)
+    groups_df = _groups_table(graph, trials_df, name, groups, problem.config)
     summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     if at_best is not None:
         summary["at_best_hardware"] = at_best
@@ -388,7 +393,10 @@ def _finish(
         summary["files"]["best_model"] = str(out_dir / res.BEST_MODEL_FILE)
     oracle = base_records.get("oracle")
     if oracle is not None and oracle.plan_json:
-        optimal = _plan_of(oracle.plan_json).to_json(indent=2) + "\n"
+        optimal = (
+            _plan_of(oracle.plan_json, graph, problem.config, "oracle plan").to_json(indent=2)
+            + "\n"
+        )
         res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
     return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
@@ -460,11 +468,13 @@ def _load_graph(
     return load_model(str(graph_or_name), input_shapes, input_size=input_size)
 
 
-def _plan_of(plan_json: str) -> Plan:
-    from fusiontune.planner.plan import Group, Mode, Plan
+def _plan_of(
+    plan_json: str, graph: Graph, config: PlannerConfig | None, source: str = "stored plan"
+) -> Plan:
+    """A stored plan, through the one validating plan parser (``Plan.from_json``)."""
+    from fusiontune.planner.plan import Plan
 
-    data = json.loads(plan_json)
-    return Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in data["groups"]))
+    return Plan.from_json(plan_json, graph, source, config)
 
 
 def _evaluate(problem: Problem, plan: Plan, hw: HardwareConfig) -> TrialRecord:
@@ -613,6 +623,7 @@ def _groups_table(
     trials_df: pd.DataFrame,
     study: str,
     known: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
+    config: PlannerConfig | None = None,
 ) -> pd.DataFrame:
     """Groups of every distinct completed (plan, hardware) in the trials table; ``known``:
     group metrics already evaluated this run, by (plan hash, hardware hash) (the others,
@@ -624,7 +635,7 @@ def _groups_table(
     for row in done.itertuples(index=False):
         if row.hw_hash not in hw_cache:
             hw_cache[row.hw_hash] = res.hardware_from_json(row.hw_json)
-        plan = _plan_of(row.plan_json)
+        plan = _plan_of(row.plan_json, graph, config, f"stored plan {row.plan_hash}")
         metrics = known.get((row.plan_hash, row.hw_hash))
         if metrics is None or len(metrics) != len(plan.groups):
             metrics = res.group_metrics_of(graph, plan, hw_cache[row.hw_hash])

@@ -166,17 +166,14 @@ def _duplicate(record: TrialRecord, number: int) -> TrialRecord:
 def _tell(study: optuna.Study, trial: optuna.trial.Trial, record: TrialRecord) -> None:
     from optuna.trial import TrialState
 
+    from fusiontune.search import optuna_adapter
+
     for key, value in record.constraints.items():
         trial.set_constraint(key, value)
     trial.set_user_attr(RECORD_ATTR, record.to_dict())
     values = list(record.values) if record.state == "COMPLETE" else None
     state = None if record.state == "COMPLETE" else TrialState.FAIL
-    try:  # Study.tell without the deep copy of the trial it returns (~1 ms per 100 params)
-        from optuna.study._tell import _tell_with_warning
-    except ImportError:  # pragma: no cover - Optuna moved it: the public call does the same
-        study.tell(trial, values=values, state=state)
-        return
-    _tell_with_warning(study, trial, value_or_values=values, state=state)
+    optuna_adapter.tell(study, trial, values, state)
 
 
 def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord | None:

@@ -111,9 +111,9 @@ class Problem:
         )
 
         config = PlannerConfig(max_group_size=space.max_group_size)
-        edges = tuple(tuple(e) for e in candidate_edges(graph, config))
-        merges = tuple(merge_candidates(graph, config))
-        problem = cls(graph, space, config, base_hw, edges, merges)  # type: ignore[arg-type]
+        edges = candidate_edges(graph, config)
+        merges = merge_candidates(graph, config)
+        problem = cls(graph, space, config, base_hw, edges, merges)
         problem.check_sampler()
         problem.check_knobs()
         return problem
@@ -169,7 +169,8 @@ class Problem:
                 points *= len(knob.choices)
             elif knob.kind == "int" or knob.step is not None:
                 step = knob.step or 1.0
-                points *= int((knob.high - knob.low) // step) + 1  # type: ignore[operator]
+                assert knob.low is not None and knob.high is not None  # numeric: parse_space
+                points *= int((knob.high - knob.low) // step) + 1
             else:
                 raise ConfigError(
                     f"{self.space.source}: sampler bruteforce needs a step for float knob "

@@ -172,17 +172,14 @@ def group_metrics_of(graph: Graph, plan: Plan, hw: HardwareConfig) -> list[dict[
     return [_scalars(g.as_dict()) for g in simulate(graph, plan, hw).groups]
 
 
-def hardware_from_json(text: str) -> HardwareConfig:
-    """Rebuild the HardwareConfig stored in a row."""
+def hardware_from_json(text: str, source: str = "stored hardware") -> HardwareConfig:
+    """Rebuild the HardwareConfig stored in a row, through the one validating reader
+    (``HardwareConfig.from_dict``); ``source`` names it in messages."""
+    from fusiontune.errors import ConfigError
+    from fusiontune.fileio import parse_json
     from fusiontune.sim.hardware import HardwareConfig
 
-    data = json.loads(text)
-    from_dict: Callable[[dict[str, Any]], HardwareConfig] | None = getattr(
-        HardwareConfig, "from_dict", None
-    )
-    if from_dict is not None:
-        return from_dict(data)
-    return HardwareConfig(**data)
+    return HardwareConfig.from_dict(parse_json(text, source, ConfigError), source)
 
 
 @dataclass(frozen=True, eq=False)

@@ -179,7 +179,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         """Moves around ``base``, most promising first (steps 1-4 of the module docstring)."""
 
         def others(name: str) -> list[Any]:
-            return [c for c in space[name].choices if c != base[name]]  # type: ignore[attr-defined]
+            return [c for c in _choices(space[name]) if c != base[name]]
 
         for move in list(self._templates):
             for shift in sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=abs)[1:]:
@@ -192,11 +192,11 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         for name in names:
             siblings.setdefault(_NUMBER.sub("#", name), []).append(name)
         for group in (g for g in siblings.values() if len(g) > 1):
-            for choice in space[group[0]].choices:  # type: ignore[attr-defined]
+            for choice in _choices(space[group[0]]):
                 moved = {n: choice for n in group if choice in others(n)}
                 if moved:
                     yield {**base, **moved}
-        kinds = [space[n].choices for n in names]  # type: ignore[attr-defined]
+        kinds = [_choices(space[n]) for n in names]
         share, size = Counter(zip(kinds, base.values())), Counter(kinds)
         rarity = [share[k, base[n]] / size[k] for k, n in zip(kinds, names)]  # value's share
         rank = self._rng.permutation(len(names))
@@ -224,7 +224,7 @@ class LocalSearchSampler(optuna.samplers.BaseSampler):
         out = dict(base)
         for i in self._rng.choice(width, size=n_changes, replace=False) + start:
             name = names[int(i)]
-            choices = [c for c in space[name].choices if c != base[name]]  # type: ignore[attr-defined]
+            choices = [c for c in _choices(space[name]) if c != base[name]]
             out[name] = choices[int(self._rng.integers(len(choices)))]
         return out
 
@@ -324,6 +324,14 @@ def _stall(study: Study, best: FrozenTrial) -> int:
     """Completed trials since ``best`` (the first trial as good as the best)."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     return sum(1 for t in trials if t.number > best.number)
+
+
+def _choices(dist: BaseDistribution) -> tuple[Any, ...]:
+    """The choices of a distribution of the relative space (categorical only, as
+    ``infer_relative_search_space`` builds it)."""
+    if not isinstance(dist, CategoricalDistribution):
+        raise TypeError(f"expected a categorical distribution, got {dist!r}")
+    return tuple(dist.choices)
 
 
 def _key(params: Params) -> Move:

@@ -673,12 +673,13 @@ def insert_trials(
     import json
 
     from optuna.distributions import distribution_to_json
-    from optuna.storages._rdb import models
-    from optuna.storages._rdb.storage import _create_scoped_session
     from sqlalchemy import func
 
+    from fusiontune.search import optuna_adapter
+
+    models = optuna_adapter.rdb_models()
     value_repr = models.TrialValueModel.value_to_stored_repr
-    with _create_scoped_session(rdb.scoped_session) as session:
+    with optuna_adapter.scoped_session(rdb) as session:
         models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
         first = (
             session.query(func.count(models.TrialModel.trial_id))
@@ -826,8 +827,7 @@ def _mirrored_trial(record: TrialRecord, problem: Problem) -> optuna.trial.Froze
 
 def _constraint_attrs(record: TrialRecord) -> dict[str, float]:
     """System attributes in the form ``Trial.set_constraint`` writes them."""
-    try:
-        from optuna.study._constrained_optimization import _CONSTRAINTS_KEY as key
-    except ImportError:  # pragma: no cover - Optuna moved it: fall back to the 5.0 name
-        key = "constraints"
+    from fusiontune.search.optuna_adapter import constraints_key
+
+    key = constraints_key()
     return {f"{key}:{k}": float(v) for k, v in record.constraints.items()}
