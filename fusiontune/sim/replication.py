@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fusiontune.ops.registry import kernel_shape
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.needs import group_needs
 from fusiontune.sim.placement import matrix_crossbars
@@ -36,9 +37,6 @@ NS_PER_S = 1e9
 BALANCE_MARGIN = 0.5
 """PIMCOMP-NN ``ReplicationByBalance``: replication stops once half the crossbars left after
 the FC layers are spent (``margin_factor = 0.5``)."""
-FC_OP_TYPES = ("Gemm", "MatMul")
-"""PIMCOMP-NN's ``OP_FC`` nodes (fully connected layers); every convolution, 1x1 included, is
-its ``OP_CONV``."""
 UNIFORM_MARGIN = 1.2
 """PIMCOMP-NN ``ReplicateUniformly``: the common factor is floored after dividing by 1.2."""
 
@@ -54,7 +52,8 @@ class Stage:
             model's stage cycles).
         crossbars: crossbars of one copy.
         windows: matrix-vector products (PIMCOMP's sliding windows, its balance key).
-        fc: a fully connected layer (Gemm or MatMul; PIMCOMP-NN never replicates these).
+        fc: a fully connected layer (a LINEAR op with no kernel window: PIMCOMP-NN's `OP_FC`,
+            which it never replicates; every convolution, 1x1 included, is its `OP_CONV`).
     """
 
     name: str
@@ -101,7 +100,7 @@ def plan_stages(graph: Graph, plan: Plan, hw: HardwareConfig) -> tuple[Stage, ..
         for m in group_needs(graph, group).matrices:
             x = matrix_crossbars(m, hw)
             turns = math.ceil(x / hw.array_units) if hw.array_units else 1
-            fc = all(graph.op_by_name[n].op_type in FC_OP_TYPES for n in m.ops)
+            fc = not any(kernel_shape(graph, graph.op_by_name[n]) for n in m.ops)  # PIMCOMP OP_FC
             cycles = m.vectors * hw.input_slices * hw.slice_cycles * turns
             out.append(Stage(m.ops[0], gi, cycles, x, m.vectors, fc))
     return tuple(out)
