@@ -1,7 +1,7 @@
 """Legality rules of DESIGN §5, one small named function each.
 
 Every rule takes a :class:`GroupView` (a set of ops of one graph, with derived facts) and a
-:class:`~fusiontune.planner.plan.Mode`, and returns a :class:`Refusal` saying why in words,
+:class:`~fusiontune.planner.groups.Mode`, and returns a :class:`Refusal` saying why in words,
 or ``None`` when it has no objection. :func:`check_group` runs them all; :func:`check_plan`
 checks a whole plan (partition, every group, acyclic quotient).
 
@@ -41,7 +41,7 @@ from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import AffineKind, affine_kind, is_linear_map, registry, uses_batch_stats
 from fusiontune.ops.window import has_padding
 from fusiontune.planner._index import GraphIndex, bits, graph_index
-from fusiontune.planner.plan import Mode, Plan, PlannerConfig
+from fusiontune.planner.groups import Mode, Partition, PlannerConfig
 
 RULE_SHAPE = 0  # not a numbered rule: mode/pattern mismatch
 RULE_CONVEX = 1
@@ -467,7 +467,7 @@ def check_group(
 
 
 def check_plan(
-    graph: Graph, plan: Plan, config: PlannerConfig | None = None, source: str = "plan"
+    graph: Graph, plan: Partition, config: PlannerConfig | None = None, source: str = "plan"
 ) -> None:
     """Raise :class:`IllegalPlanError` unless ``plan`` is a legal plan of ``graph``.
 
