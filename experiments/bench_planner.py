@@ -30,10 +30,11 @@ RESULTS = Path(__file__).resolve().parent.parent / "results" / "bench_planner.js
 def bench_model(name: str, stream_seconds: float) -> dict[str, Any]:
     """Time candidate generation, counting, streaming, greedy and repair on one zoo model."""
     from fusiontune.frontend.zoo import build_zoo
-    from fusiontune.planner.baselines import greedy_plan, plan_from_edges
+    from fusiontune.planner.baselines import plan_from_edges
     from fusiontune.planner.candidates import candidate_edges, candidate_groups
     from fusiontune.planner.enumerate import count_plans, enumerate_plans
     from fusiontune.planner.plan import PlannerConfig
+    from fusiontune.sim.greedy import greedy_plan
     from fusiontune.sim.hardware import load_hardware
 
     graph = build_zoo(name)
@@ -86,9 +87,9 @@ def bench_model(name: str, stream_seconds: float) -> dict[str, Any]:
 def zoo_counts() -> list[dict[str, Any]]:
     """Plan counts, unfused and greedy group counts of every zoo model (default sizes)."""
     from fusiontune.frontend.zoo import build_zoo, zoo_models
-    from fusiontune.planner.baselines import greedy_plan
     from fusiontune.planner.enumerate import count_plans
     from fusiontune.planner.plan import PlannerConfig
+    from fusiontune.sim.greedy import greedy_plan
     from fusiontune.sim.hardware import load_hardware
 
     hw = load_hardware("isaac_reram")

@@ -43,12 +43,13 @@ from fusiontune.export.plan_export import export_plan
 from fusiontune.frontend.onnx_import import load_onnx_with_plan
 from fusiontune.frontend.zoo import ZOO, build_zoo, zoo_models
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import greedy_plan, plan_from_edges, tvm_like_plan
+from fusiontune.planner.baselines import plan_from_edges, tvm_like_plan
 from fusiontune.planner.candidates import candidate_edges, merge_candidates
 from fusiontune.planner.plan import Plan
 from fusiontune.reference import random_inputs
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim.cost import simulate
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
 PLAN_KINDS = ("optimal", "greedy", "merge")

@@ -21,11 +21,12 @@ from typing import Any
 from exp_common import print_rows, write_outputs
 
 from fusiontune.frontend.zoo import build_zoo
-from fusiontune.planner.baselines import greedy_plan, unfused_plan
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim.bounds import capacity_bound
 from fusiontune.sim.cost import simulate
 from fusiontune.sim.execute import external_inputs
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import load_hardware
 from fusiontune.sim.tiling import singleton_tiling
 

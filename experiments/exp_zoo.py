@@ -34,11 +34,12 @@ from exp_common import print_rows, write_outputs
 
 from fusiontune.frontend.zoo import ZOO, build_zoo, zoo_models
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
+from fusiontune.planner.baselines import tvm_like_plan, unfused_plan
 from fusiontune.planner.candidates import PlannerConfig
 from fusiontune.planner.plan import Plan
 from fusiontune.sim.bounds import capacity_bound
 from fusiontune.sim.cost import Metrics, lower_bound, simulate
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
 PRESETS = ("isaac_reram", "sram_edge")

@@ -54,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "enumerate_plans": "fusiontune.planner.enumerate",
     "count_plans": "fusiontune.planner.enumerate",
     "unfused_plan": "fusiontune.planner.baselines",
-    "greedy_plan": "fusiontune.planner.baselines",
+    "greedy_plan": "fusiontune.sim.greedy",
     "random_plan": "fusiontune.planner.baselines",
     "tvm_like_plan": "fusiontune.planner.baselines",
     "plan_from_edges": "fusiontune.planner.baselines",

@@ -7,8 +7,9 @@ materialises tensors estimates their bytes from shapes first and refuses beyond
 and the bytes:
 
 - the ONNX importer: initializers and ``Constant`` values; constant folding is bounded more
-  tightly (:func:`fold_limit_bytes`, estimated by :func:`fold_output_elements` for the ops
-  whose output size is not their inputs'): a larger output is not folded but left to run;
+  tightly (:func:`fold_limit_bytes`; the registry's ``fold_output_elements`` estimates the
+  output of the ops whose output size is not their inputs'): a larger output is not folded
+  but left to run;
 - the zoo builder: random weights;
 - ``execute`` / ``verify``: every tensor of the graph (inputs, intermediates, outputs).
 
@@ -153,47 +154,3 @@ def fold_limit_bytes(model_file_bytes: int) -> int:
     """Largest output one constant fold may produce for a model file of this size; a larger
     one is left to run as an op (its size then counts when the graph is executed)."""
     return min(_limit_bytes, max(FOLD_MIN_BYTES, FOLD_BYTES_PER_FILE_BYTE * model_file_bytes))
-
-
-def fold_output_elements(op_type: str, values: Sequence[Any]) -> int | None:
-    """Elements of the output of a constant-folded op whose size is not bounded by its inputs'
-    (``None``: bounded by its inputs, or unknown). ``values`` are the constant inputs (numpy
-    arrays or ``None`` for omitted optional inputs)."""
-
-    def ints(v: Any) -> list[int]:
-        return [int(x) for x in v.reshape(-1)] if v is not None and hasattr(v, "reshape") else []
-
-    if op_type == "ConstantOfShape" and values:
-        return n_elements(ints(values[0]))
-    if op_type == "Expand" and len(values) >= 2 and values[0] is not None:
-        target = ints(values[1])
-        data = [int(d) for d in values[0].shape]
-        rank = max(len(target), len(data))
-        target = [1] * (rank - len(target)) + target
-        data = [1] * (rank - len(data)) + data
-        return n_elements(max(a, b) for a, b in zip(data, target))
-    if op_type == "Tile" and len(values) >= 2 and values[0] is not None:
-        return int(values[0].size) * n_elements(ints(values[1]))
-    if op_type == "Range" and len(values) >= 3 and all(v is not None for v in values[:3]):
-        start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
-        if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
-            return None
-        return max(0, math.ceil((limit - start) / delta))
-    if op_type in ("Resize", "Upsample") and values and values[0] is not None:
-        sizes = ints(values[3]) if len(values) >= 4 else []
-        if sizes:
-            return n_elements(sizes)
-        scales = values[2] if len(values) >= 3 else values[1] if len(values) == 2 else None
-        if scales is not None and getattr(scales, "size", 0) == values[0].ndim:
-            dims = [math.floor(d * float(s)) for d, s in zip(values[0].shape, scales.reshape(-1))]
-            return n_elements(max(d, 0) for d in dims)
-    if op_type == "EyeLike" and values and values[0] is not None:
-        return int(values[0].size)
-    if op_type == "OneHot" and len(values) >= 2 and values[0] is not None and ints(values[1]):
-        return int(values[0].size) * max(1, abs(ints(values[1])[0]))
-    if op_type == "Pad" and len(values) >= 2 and values[0] is not None:
-        pads = ints(values[1])
-        rank = values[0].ndim
-        if len(pads) == 2 * rank:
-            return n_elements(d + pads[i] + pads[i + rank] for i, d in enumerate(values[0].shape))
-    return None

@@ -87,8 +87,8 @@ def test_bad_buffer_tech_names_the_key_and_the_choices(tmp_path: Path) -> None:
 
 def test_buffer_tech_changes_the_area_only() -> None:
     from fusiontune.frontend.zoo import build_zoo
-    from fusiontune.planner.baselines import greedy_plan
     from fusiontune.sim.cost import simulate
+    from fusiontune.sim.greedy import greedy_plan
 
     graph = build_zoo("lenet5")
     sram = load_hardware("sram_edge")

@@ -19,13 +19,14 @@ from strategies import dag_graphs
 from fusiontune.errors import CapacityError
 from fusiontune.frontend.zoo import build_zoo, zoo_models
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import greedy_plan, random_plan, unfused_plan
+from fusiontune.planner.baselines import random_plan, unfused_plan
 from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.reference import random_inputs, reference_run
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim import execute as execute_module
 from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.execute import Execution, execute, group_order
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
 SLACK = 1.25  # the model may over-predict a group's peak by at most 25 % (issue contract)

@@ -38,7 +38,6 @@ from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner.baselines import (
-    greedy_plan,
     plan_from_edges,
     unfused_plan,
 )
@@ -48,6 +47,7 @@ from fusiontune.reference import random_inputs
 from fusiontune.search.optimize import optimal_plan
 from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.execute import execute, group_order
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 from fusiontune.sim.needs import group_needs, line_buffers
 

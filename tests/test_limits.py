@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 import fusiontune as ft
 from fusiontune import limits
 from fusiontune.errors import FusiontuneError, ResourceLimitError
+from fusiontune.ops import fold_output_elements
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,15 +70,24 @@ def test_a_tiny_constant_of_shape_file_does_not_take_a_gigabyte(tmp_path: Path) 
 
 
 def test_fold_estimates_cover_the_ops_that_grow() -> None:
+    fold = fold_output_elements
     shape = np.array([1000, 1000], dtype=np.int64)
-    assert limits.fold_output_elements("ConstantOfShape", [shape]) == 10**6
+    assert fold("ConstantOfShape", [shape]) == 10**6
     data = np.zeros((1, 3), dtype=np.float32)
-    assert limits.fold_output_elements("Expand", [data, np.array([5, 1, 3])]) == 15
-    assert limits.fold_output_elements("Tile", [data, np.array([4, 7])]) == 3 * 28
-    assert limits.fold_output_elements("Range", [np.array(0), np.array(10), np.array(3)]) == 4
+    assert fold("Expand", [data, np.array([5, 1, 3])]) == 15
+    assert fold("Tile", [data, np.array([4, 7])]) == 3 * 28
+    assert fold("Range", [np.array(0), np.array(10), np.array(3)]) == 4
     pads = np.array([0, 1, 0, 1])
-    assert limits.fold_output_elements("Pad", [data, pads]) == 1 * 5
-    assert limits.fold_output_elements("Relu", [data]) is None
+    assert fold("Pad", [data, pads]) == 1 * 5
+    image = np.zeros((1, 2, 3, 4), dtype=np.float32)
+    scales = np.array([1, 1, 2, 2], dtype=np.float32)
+    assert fold("Resize", [image, None, scales]) == 2 * 6 * 8
+    assert fold("Resize", [image, None, None, np.array([1, 2, 5, 5])]) == 50
+    # types without an OpDef, folded by ONNX's reference evaluator
+    assert fold("Upsample", [image, scales]) == 2 * 6 * 8
+    assert fold("EyeLike", [np.zeros((7, 9))]) == 63
+    assert fold("OneHot", [np.array([1, 2, 3]), np.array([10]), np.array([0, 1])]) == 30
+    assert fold("Relu", [data]) is None
 
 
 def test_zoo_weights_are_checked_before_they_are_drawn(small_limit: None) -> None:

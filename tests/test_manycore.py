@@ -12,9 +12,10 @@ from fusiontune.errors import ConfigError
 from fusiontune.frontend.zoo import build_zoo
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import greedy_plan, unfused_plan
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig
 from fusiontune.sim.cost import group_cost, simulate
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 from fusiontune.sim.placement import hops, place_plan
 from fusiontune.sim.replication import (

@@ -22,7 +22,7 @@ from fusiontune.frontend.zoo import build_zoo, deep_encoder, zoo_models
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits, graph_index
-from fusiontune.planner.baselines import greedy_plan, unfused_plan
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.planner.candidates import candidate_groups
 from fusiontune.planner.enumerate import enumerate_plans
 from fusiontune.planner.lattice import Lattice, ideals
@@ -31,6 +31,7 @@ from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig
 from fusiontune.search.optimize import OBJECTIVE_METRIC, TIE_BREAK, OptimalPlan, optimal_plan
 from fusiontune.sim.bounds import capacity_bound
 from fusiontune.sim.cost import group_cost, lower_bound, simulate
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.groupmodel import GroupModel, group_model
 from fusiontune.sim.hardware import HardwareConfig, load_hardware, preset_names
 

@@ -8,11 +8,12 @@ import pytest
 
 from fusiontune.cli.main import main
 from fusiontune.frontend.zoo import build_zoo
-from fusiontune.planner.baselines import greedy_plan, unfused_plan
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.planner.candidates import PlannerConfig, group_pattern, merge_candidates
 from fusiontune.planner.enumerate import count_plans, enumerate_plans
 from fusiontune.planner.legality import check_plan
 from fusiontune.planner.plan import Mode, Plan
+from fusiontune.sim.greedy import greedy_plan
 
 CNN_SIDE = 32  # small input: the structure (and so every count below) does not depend on it
 P1_P2 = PlannerConfig(patterns=frozenset({"P1", "P2"}))

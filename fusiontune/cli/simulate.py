@@ -82,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_plan(graph: Any, spec: str, hw: Any) -> Any:
-    from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
+    from fusiontune.planner.baselines import tvm_like_plan, unfused_plan
     from fusiontune.planner.plan import Plan
+    from fusiontune.sim.greedy import greedy_plan
 
     if spec == "unfused":
         return unfused_plan(graph)

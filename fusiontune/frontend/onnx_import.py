@@ -40,7 +40,7 @@ from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ir.quant import QuantParams
-from fusiontune.ops import KNOWN_OP_TYPES, def_of, infer_op_shapes
+from fusiontune.ops import KNOWN_OP_TYPES, def_of, fold_output_elements, infer_op_shapes
 
 if TYPE_CHECKING:
     from fusiontune.planner.plan import Plan
@@ -331,7 +331,7 @@ def _check_constant(node: onnx.NodeProto, where: str) -> None:
 def _fold_bytes(op: Op, values: Sequence[np.ndarray | None]) -> int:
     """Estimated bytes of a folded op's output, for the ops whose output is not bounded by
     their inputs' size (ConstantOfShape, Expand, Tile, ...); 0 for the others."""
-    n = limits.fold_output_elements(op.op_type, values)
+    n = fold_output_elements(op.op_type, values)
     if n is None:
         return 0
     if op.op_type == "ConstantOfShape":

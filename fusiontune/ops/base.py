@@ -48,6 +48,10 @@ ExportFn = Callable[
     tuple[list[str], dict[str, Any], list[str]],
 ]
 """``export(op, graph, opset, inputs, attrs, outputs)``: the op's ONNX form at ``opset``."""
+FoldFn = Callable[[Sequence["Array | None"]], "int | None"]
+"""``fold_elements(values)``: elements of the output of the op constant-folded on ``values``
+(its inputs in ONNX order, ``None`` for an omitted optional input), for an op whose output
+size is not bounded by its inputs' (``None``: unknown from these values)."""
 
 DTYPE = np.float32
 """dtype of every activation the executor and the fused kernels compute (DESIGN §2)."""
@@ -236,6 +240,19 @@ class OpDef:
         data_input: the input whose dtype the outputs take (Where: 1).
         static_value: the output computed from the input's *shape* alone (Shape, Size): the
             importer folds it without the input's values.
+
+    Planner and constant folding (the legality rules and ``limits`` ask these, never the type):
+        nonlinear_form: ``nonlinear_form(op, is_constant)``: an op its class rule makes AFFINE
+            that is nonlinear in its activation in this form (Div of a constant by the
+            activation, ``c / x``): rule 2 refuses it between two merged LINEAR ops.
+        channel_matrix: a LINEAR op that applies its matrix along the channel axis (axis 1:
+            Conv), where a merge chain of a rank-4 tensor carries its features; the other
+            FC-like ops (Gemm, MatMul) work on the last axis.
+        permutation: ``permutation(op, rank)``: the axis permutation of a LAYOUT op that
+            reorders elements (Transpose's ``perm``); a merge chain follows its features
+            through it.
+        fold_elements: the size of the op's folded output, for ops whose output is not
+            bounded by their inputs' size (:data:`FoldFn`); the importer folds no larger one.
     """
 
     op_type: str
@@ -271,6 +288,11 @@ class OpDef:
     row_local: Callable[[Graph, Op], bool] | None = None
     concatenates: bool = False
     activation_matmul: bool = False
+    # planner and constant folding (block of its own)
+    nonlinear_form: Callable[[Op, IsConstant], bool] | None = None
+    channel_matrix: bool = False
+    permutation: Callable[[Op, int], Shape] | None = None
+    fold_elements: FoldFn | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
@@ -454,6 +476,11 @@ def shape_axes(op: Op, tensors: Tensors, index: int) -> list[int] | None:
 def ints(value: Array | Sequence[int] | None) -> list[int] | None:
     """A constant operand or attribute as a list of ints (``None`` stays ``None``)."""
     return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def fold_ints(value: Array | None) -> list[int]:
+    """A folded op's constant operand as a list of ints (``[]`` when omitted)."""
+    return [int(v) for v in np.asarray(value).reshape(-1)] if value is not None else []
 
 
 def arg(inputs: Inputs, index: int) -> Array | None:

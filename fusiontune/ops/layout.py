@@ -148,6 +148,11 @@ def _unsqueeze(op: Op, inputs: Inputs) -> list[Array]:
     return [np.expand_dims(x, axis=tuple(sorted(a % rank for a in axes)))]
 
 
+def _transpose_perm(op: Op, rank: int) -> Shape:
+    """``perm`` (ONNX default: the axes reversed)."""
+    return tuple(int(p) for p in op.attr("perm", tuple(range(rank - 1, -1, -1))))
+
+
 def _transpose(op: Op, inputs: Inputs) -> list[Array]:
     x = inputs[0]
     assert x is not None
@@ -167,5 +172,12 @@ OPS: tuple[OpDef, ...] = (
     OpDef(FLATTEN, _LAYOUT, {"axis": 1}, shape=_flatten_shape, reference=_flatten),
     OpDef("Squeeze", _LAYOUT, shape=_squeeze_shape, reference=_squeeze, operand=_AXES_INPUT),
     OpDef("Unsqueeze", _LAYOUT, shape=_unsqueeze_shape, reference=_unsqueeze, operand=_AXES_INPUT),
-    OpDef("Transpose", _LAYOUT, shape=_transpose_shape, reference=_transpose, reorders=True),
+    OpDef(
+        "Transpose",
+        _LAYOUT,
+        shape=_transpose_shape,
+        reference=_transpose,
+        reorders=True,
+        permutation=_transpose_perm,
+    ),
 )

@@ -768,6 +768,7 @@ OPS: tuple[OpDef, ...] = (
         kernel_shape=conv_kernel_shape,
         matrix=_conv_matrix,
         fc_like=_conv_fc_like,
+        channel_matrix=True,
     ),
     OpDef(
         GEMM,

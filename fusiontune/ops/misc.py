@@ -18,6 +18,7 @@ import numpy as np
 from fusiontune.errors import FusiontuneError, ShapeError
 from fusiontune.ops.base import (
     Array,
+    FoldFn,
     Inputs,
     Kernel,
     OpDef,
@@ -32,6 +33,7 @@ from fusiontune.ops.base import (
     broadcast_rule,
     broadcast_shapes,
     const_input,
+    fold_ints,
     int_list,
     ints,
     norm_axis,
@@ -340,6 +342,61 @@ def _split_export(
     return inputs, attrs, outputs
 
 
+# ---- folded output sizes (``limits``: the importer folds no output larger than its bound) ----
+def _constant_of_shape_elements(values: Inputs) -> int | None:
+    return math.prod(fold_ints(values[0])) if values else None
+
+
+def _expand_elements(values: Inputs) -> int | None:
+    if len(values) < 2 or values[0] is None:
+        return None
+    target = fold_ints(values[1])
+    data = [int(d) for d in values[0].shape]
+    rank = max(len(target), len(data))
+    target = [1] * (rank - len(target)) + target
+    data = [1] * (rank - len(data)) + data
+    return math.prod(max(a, b) for a, b in zip(data, target))
+
+
+def _tile_elements(values: Inputs) -> int | None:
+    if len(values) < 2 or values[0] is None:
+        return None
+    return int(values[0].size) * math.prod(fold_ints(values[1]))
+
+
+def _range_elements(values: Inputs) -> int | None:
+    if len(values) < 3 or any(v is None for v in values[:3]):
+        return None
+    start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in values[:3])
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        return None
+    return max(0, math.ceil((limit - start) / delta))
+
+
+def _pad_elements(values: Inputs) -> int | None:
+    if len(values) < 2 or values[0] is None:
+        return None
+    pads = fold_ints(values[1])
+    rank = values[0].ndim
+    if len(pads) != 2 * rank:
+        return None
+    return math.prod(d + pads[i] + pads[i + rank] for i, d in enumerate(values[0].shape))
+
+
+def _eye_like_elements(values: Inputs) -> int | None:
+    return int(values[0].size) if values and values[0] is not None else None
+
+
+def _one_hot_elements(values: Inputs) -> int | None:
+    if len(values) < 2 or values[0] is None or not fold_ints(values[1]):
+        return None
+    return int(values[0].size) * max(1, abs(fold_ints(values[1])[0]))
+
+
+FOLD_ONLY: dict[str, FoldFn] = {"EyeLike": _eye_like_elements, "OneHot": _one_hot_elements}
+"""Folded sizes of op types without an OpDef (ONNX's reference evaluator folds them)."""
+
+
 OPS: tuple[OpDef, ...] = (
     OpDef("Concat", shape=_concat_shape, lint_opaque=True, reference=_concat, concatenates=True),
     OpDef(
@@ -365,14 +422,24 @@ OPS: tuple[OpDef, ...] = (
         operand=OperandMove("split", 1, SPLIT_INPUT_SINCE),
         export=_split_export,
     ),
-    OpDef("Pad", defaults={"mode": "constant", "value": 0.0}, shape=_pad_shape, reference=_pad),
-    OpDef("Expand", shape=_expand_shape, reference=_expand),
+    OpDef(
+        "Pad",
+        defaults={"mode": "constant", "value": 0.0},
+        shape=_pad_shape,
+        reference=_pad,
+        fold_elements=_pad_elements,
+    ),
+    OpDef("Expand", shape=_expand_shape, reference=_expand, fold_elements=_expand_elements),
     OpDef("Where", shape=broadcast_rule, reference=_where, data_input=1),
     OpDef("Cast", shape=same_shape, reference=_cast, dtype_attr="to"),
-    OpDef("Tile", reference=_tile),
+    OpDef("Tile", reference=_tile, fold_elements=_tile_elements),
     OpDef("Constant", reference=_constant),
-    OpDef("ConstantOfShape", reference=_constant_of_shape),
-    OpDef("Range", reference=_range),
+    OpDef(
+        "ConstantOfShape",
+        reference=_constant_of_shape,
+        fold_elements=_constant_of_shape_elements,
+    ),
+    OpDef("Range", reference=_range, fold_elements=_range_elements),
     OpDef("Einsum", reference=_einsum),
     OpDef("CumSum", defaults={"exclusive": 0, "reverse": 0}, reference=_cumsum),
 )

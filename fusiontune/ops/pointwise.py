@@ -23,6 +23,7 @@ from fusiontune.ops.base import (
     AffineKind,
     Array,
     Inputs,
+    IsConstant,
     Kernel,
     OpDef,
     Shapes,
@@ -236,7 +237,9 @@ def _with_constant(graph: Graph, op: Op, axis: int, n: int) -> tuple[Array, Arra
 _BY_CONSTANT = Affine(AffineKind.CONSTANT, _with_constant)
 
 
-def _arithmetic(op_type: str, fn: BinaryFn) -> OpDef:
+def _arithmetic(
+    op_type: str, fn: BinaryFn, nonlinear_form: Callable[[Op, IsConstant], bool] | None = None
+) -> OpDef:
     """Add/Sub/Mul/Div: AFFINE with a constant, BINARY of two activations."""
     return OpDef(
         op_type,
@@ -245,12 +248,19 @@ def _arithmetic(op_type: str, fn: BinaryFn) -> OpDef:
         lint_opaque=True,
         reference=_binary(fn),
         affine=_BY_CONSTANT,
+        nonlinear_form=nonlinear_form,
     )
 
 
 RELU = "Relu"
 ADD = "Add"
 """Op types the graph builder (``ir/builder.py``) emits."""
+
+
+def _constant_numerator(op: Op, is_constant: IsConstant) -> bool:
+    """``c / x``: classed AFFINE by its operands, but nonlinear in ``x``."""
+    return is_constant(op.inputs[0])
+
 
 OPS: tuple[OpDef, ...] = (
     _elementwise(RELU, lambda x, op: np.maximum(x, np.zeros((), x.dtype))),
@@ -335,7 +345,7 @@ OPS: tuple[OpDef, ...] = (
     _arithmetic(ADD, np.add),
     _arithmetic("Sub", np.subtract),
     _arithmetic("Mul", np.multiply),
-    _arithmetic("Div", _div),
+    _arithmetic("Div", _div, _constant_numerator),
     OpDef("Max", min_max_rule, shape=broadcast_rule, reference=_variadic(np.maximum)),
     OpDef("Min", min_max_rule, shape=broadcast_rule, reference=_variadic(np.minimum)),
     OpDef("Sum", shape=broadcast_rule, reference=_variadic(np.add)),

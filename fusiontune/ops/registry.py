@@ -25,6 +25,7 @@ from fusiontune.ops.base import (
     STATS_OPS_PER_ELEM,
     AffineKind,
     Array,
+    FoldFn,
     IsConstant,
     OpDef,
     RowSpans,
@@ -32,6 +33,7 @@ from fusiontune.ops.base import (
     Tensors,
     def_of,
     numel,
+    op_def,
     rows_of,
 )
 
@@ -267,6 +269,39 @@ def uses_batch_stats(op: Op) -> bool:
 def is_linear_map(op: Op) -> bool:
     """A WINDOW op that is linear in its input (average pools): rule 2 lets a merge cross it."""
     return def_of(op).linear_map
+
+
+# ---- planner facts and folded sizes (OpDef fields of their own block) ----------------------
+def is_nonlinear_form(graph: Graph, op: Op) -> bool:
+    """An op classed AFFINE that is nonlinear in its activation in this form (``c / x``)."""
+    form = def_of(op).nonlinear_form
+    return form is not None and form(op, graph.is_constant)
+
+
+def matrix_on_channels(op: Op) -> bool:
+    """A LINEAR op that applies its matrix along the channel axis (Conv), not the last."""
+    return def_of(op).channel_matrix
+
+
+def axis_permutation(op: Op, rank: int) -> Shape | None:
+    """The axis permutation of a reordering LAYOUT op of a rank-``rank`` input (``None``: the
+    op keeps the element order, or is no such op)."""
+    permutation = def_of(op).permutation
+    return None if permutation is None else permutation(op, rank)
+
+
+FOLD_ONLY: Mapping[str, FoldFn] = {
+    t: fn for family in FAMILIES for t, fn in getattr(family, "FOLD_ONLY", {}).items()
+}
+"""Folded-size estimators of op types that have no OpDef (each family's ``FOLD_ONLY``)."""
+
+
+def fold_output_elements(op_type: str, values: Sequence[Array | None]) -> int | None:
+    """Elements of the output of a constant-folded op whose size is not bounded by its inputs'
+    (``None``: bounded by its inputs, or unknown). ``values`` are the constant inputs (numpy
+    arrays or ``None`` for omitted optional inputs)."""
+    fn = op_def(op_type).fold_elements or FOLD_ONLY.get(op_type)
+    return None if fn is None else fn(values)
 
 
 def op_types() -> Mapping[str, OpDef]:

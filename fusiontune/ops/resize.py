@@ -21,6 +21,7 @@ from fusiontune.errors import FusiontuneError, ShapeError
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops.base import (
     Array,
+    FoldFn,
     Inputs,
     OpDef,
     RowBand,
@@ -33,6 +34,7 @@ from fusiontune.ops.base import (
     attr_i,
     attr_s,
     const_input,
+    fold_ints,
     ints,
     norm_axis,
     numel,
@@ -307,6 +309,24 @@ _RESIZE_DEFAULTS = {
 RESIZE = "Resize"
 """Op type the graph builder (``ir/builder.py``) emits."""
 
+def _resize_fold_elements(values: Inputs) -> int | None:
+    """Folded output size of Resize (``X, roi, scales, sizes``) or Upsample (``X, scales``)."""
+    if not values or values[0] is None:
+        return None
+    sizes = fold_ints(values[3]) if len(values) >= 4 else []
+    if sizes:
+        return math.prod(sizes)
+    scales = values[2] if len(values) >= 3 else values[1] if len(values) == 2 else None
+    if scales is None or scales.size != values[0].ndim:
+        return None
+    dims = [math.floor(d * float(s)) for d, s in zip(values[0].shape, scales.reshape(-1))]
+    return math.prod(max(d, 0) for d in dims)
+
+
+FOLD_ONLY: dict[str, FoldFn] = {"Upsample": _resize_fold_elements}
+"""Folded sizes of op types without an OpDef: Upsample (opsets 7-9), Resize's predecessor."""
+
+
 OPS: tuple[OpDef, ...] = (
     OpDef(
         RESIZE,
@@ -319,5 +339,6 @@ OPS: tuple[OpDef, ...] = (
         spans=_resize_spans,
         span_kernel=_resize_rows,
         unsupported=_resize_unsupported,
+        fold_elements=_resize_fold_elements,
     ),
 )

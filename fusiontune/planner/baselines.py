@@ -23,9 +23,12 @@ from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import AffineKind, affine_kind, matrix_shape
 from fusiontune.planner._index import GraphIndex, bits, graph_index
 from fusiontune.planner.candidates import candidate_edges, edge_index
+from fusiontune.planner.groups import Group, Mode, PlannerConfig
 from fusiontune.planner.legality import GroupView, legal_modes, quotient_cycle
-from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig, singleton_plan
-from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.planner.plan import Plan, singleton_plan
+
+GroupPredicate = Callable[[Group], bool]
+"""``fits(group)``: whether :func:`greedy_plan` may form ``group`` (e.g. feasible on a hardware)."""
 
 DEFAULT_EDGE_PROBABILITY_RANGE = (0.0, 1.0)  # random_plan draws its fusion density from this
 MERGE_PROBABILITY = 0.5  # random_plan: chance to merge a chain where merge is legal
@@ -37,9 +40,12 @@ def unfused_plan(graph: Graph) -> Plan:
 
 
 def greedy_plan(
-    graph: Graph, config: PlannerConfig | None = None, hw: HardwareConfig | None = None
+    graph: Graph,
+    config: PlannerConfig | None = None,
+    *,
+    fits: GroupPredicate | None = None,
 ) -> Plan:
-    """Deterministic maximal legal (and, given hardware, feasible) fusion.
+    """Deterministic maximal legal (and, given ``fits``, feasible) fusion.
 
     Candidate edges are visited in topological order, repeatedly, until a full pass changes
     nothing; each joins the two groups at its ends when the union is a legal group and the
@@ -49,13 +55,14 @@ def greedy_plan(
     edge, so the result is maximal: joining the two groups at the ends of any edge gives an
     illegal plan. Modes: see the module docstring.
 
-    Without ``hw`` nothing bounds a group but legality: on a network with no OPAQUE barrier the
-    greedy plan is one whole-network group. With ``hw`` a union is taken only when the joined
-    group fits that hardware on its own (rule 7: buffer, and crossbars of a stream's stages),
-    so every group of the result is feasible (the plan-level crossbar total is not checked).
+    Without ``fits`` nothing bounds a group but legality: on a network with no OPAQUE barrier
+    the greedy plan is one whole-network group. With ``fits`` a union is taken only when
+    ``fits(group)`` holds for the joined group in the mode it would get, so every group of the
+    result satisfies it. The hardware-aware greedy (``fits``: the group is feasible on a
+    hardware, rule 7) is :func:`fusiontune.sim.greedy.greedy_plan`, the planner knowing
+    nothing of hardware.
     """
     cfg = config or PlannerConfig()
-    fits = _fits(graph, hw) if hw is not None else None
     ix = graph_index(graph)
     group_of = list(range(ix.n))
     members: dict[int, set[int]] = {i: {i} for i in range(ix.n)}
@@ -73,7 +80,7 @@ def greedy_plan(
                 modes = legal_modes(view)
                 if not modes or not phase(view, modes):
                     continue
-                if fits is not None and not fits(view, modes):
+                if fits is not None and not fits(_group(view, modes)):
                     continue
                 trial = [gp if g == gc else g for g in group_of]
                 if quotient_cycle(ix, trial):
@@ -102,18 +109,12 @@ def _joinable_edges(ix: GraphIndex) -> list[tuple[int, int]]:
     return out
 
 
-def _fits(graph: Graph, hw: HardwareConfig) -> Callable[[GroupView, tuple[Mode, ...]], bool]:
-    """Whether a group, in the mode :func:`greedy_plan` would give it, is feasible on ``hw``."""
-    from fusiontune.sim.cost import group_cost
-
-    def fits(view: GroupView, modes: tuple[Mode, ...]) -> bool:
-        mode = modes[0]
-        if len(modes) > 1:
-            mode = Mode.MERGE if _merge_shrinks(view) else Mode.STREAM
-        group = Group(tuple(view.ix.names[i] for i in view.members), mode)
-        return group_cost(graph, group, hw).feasible
-
-    return fits
+def _group(view: GroupView, modes: tuple[Mode, ...]) -> Group:
+    """The group ``view`` in the mode :func:`greedy_plan` gives it (see the module docstring)."""
+    mode = modes[0]
+    if len(modes) > 1:
+        mode = Mode.MERGE if _merge_shrinks(view) else Mode.STREAM
+    return Group(tuple(view.ix.names[i] for i in view.members), mode)
 
 
 _GREEDY_PHASES: tuple[Callable[[GroupView, tuple[Mode, ...]], bool], ...] = (

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits, graph_index
+from fusiontune.planner.groups import ALL_PATTERNS, Group, Mode, PlannerConfig
 from fusiontune.planner.lattice import Lattice, ideals
 from fusiontune.planner.legality import GroupView
-from fusiontune.planner.plan import ALL_PATTERNS, Group, Mode, PlannerConfig
 from fusiontune.planner.summary import walk_summary
 
 __all__ = [

@@ -29,9 +29,9 @@ from functools import lru_cache
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, graph_index
+from fusiontune.planner.groups import PlannerConfig
 from fusiontune.planner.lattice import Lattice
 from fusiontune.planner.legality import GroupView, legal_modes
-from fusiontune.planner.plan import PlannerConfig
 from fusiontune.planner.remainders import OverBudget, Remainders
 
 DEFAULT_COUNT_BUDGET = 1_600_000

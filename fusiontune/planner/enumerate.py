@@ -27,8 +27,9 @@ from collections.abc import Iterator
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits
 from fusiontune.planner.counting import count_exact
+from fusiontune.planner.groups import Group, PlannerConfig
 from fusiontune.planner.lattice import Lattice, Transition
-from fusiontune.planner.plan import Group, Plan, PlannerConfig
+from fusiontune.planner.plan import Plan
 
 
 def count_plans(graph: Graph, config: PlannerConfig | None = None) -> int:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, bits, graph_index
+from fusiontune.planner.groups import Mode, PlannerConfig
 from fusiontune.planner.lattice import PATTERN_BITS
 from fusiontune.planner.legality import GroupView, Refusal, natural_modes, view_refusals
-from fusiontune.planner.plan import Mode, PlannerConfig
 from fusiontune.planner.summary import summary_within, walk_summary
 
 

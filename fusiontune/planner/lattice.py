@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, bits, graph_index
+from fusiontune.planner.groups import Mode, PlannerConfig
 from fusiontune.planner.legality import P1_CLASSES, GroupView, is_fc_like, view_refusals
-from fusiontune.planner.plan import Mode, PlannerConfig
 
 PATTERN_BITS = {"P1": 1, "P2": 2, "P3": 4, "P4": 8}
 """Pattern labels as bits (``Walk.labels`` of a node)."""

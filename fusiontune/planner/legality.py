@@ -1,7 +1,7 @@
 """Legality rules of DESIGN §5, one small named function each.
 
 Every rule takes a :class:`GroupView` (a set of ops of one graph, with derived facts) and a
-:class:`~fusiontune.planner.plan.Mode`, and returns a :class:`Refusal` saying why in words,
+:class:`~fusiontune.planner.groups.Mode`, and returns a :class:`Refusal` saying why in words,
 or ``None`` when it has no objection. :func:`check_group` runs them all; :func:`check_plan`
 checks a whole plan (partition, every group, acyclic quotient).
 
@@ -38,10 +38,19 @@ from functools import cached_property
 from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import AffineKind, affine_kind, is_linear_map, registry, uses_batch_stats
+from fusiontune.ops import (
+    AffineKind,
+    affine_kind,
+    axis_permutation,
+    is_linear_map,
+    is_nonlinear_form,
+    matrix_on_channels,
+    registry,
+    uses_batch_stats,
+)
 from fusiontune.ops.window import has_padding
 from fusiontune.planner._index import GraphIndex, bits, graph_index
-from fusiontune.planner.plan import Mode, Plan, PlannerConfig
+from fusiontune.planner.groups import Mode, Partition, PlannerConfig
 
 RULE_SHAPE = 0  # not a numbered rule: mode/pattern mismatch
 RULE_CONVEX = 1
@@ -467,7 +476,7 @@ def check_group(
 
 
 def check_plan(
-    graph: Graph, plan: Plan, config: PlannerConfig | None = None, source: str = "plan"
+    graph: Graph, plan: Partition, config: PlannerConfig | None = None, source: str = "plan"
 ) -> None:
     """Raise :class:`IllegalPlanError` unless ``plan`` is a legal plan of ``graph``.
 
@@ -556,9 +565,8 @@ def _is_training_bn(view: GroupView, i: int) -> bool:
 
 
 def _constant_divided(view: GroupView, i: int) -> bool:
-    """``c / x``: classed AFFINE by its operands, but nonlinear in x."""
-    op = view.op(i)
-    return op.op_type == "Div" and view.ix.graph.is_constant(op.inputs[0])
+    """``c / x``: classed AFFINE by its operands, but nonlinear in x (the OpDef says)."""
+    return is_nonlinear_form(view.ix.graph, view.op(i))
 
 
 def _feature_axis(rank: int) -> int:
@@ -575,7 +583,7 @@ def _fc_axis_problem(view: GroupView, i: int) -> str | None:
     axes.
     """
     op = view.op(i)
-    if op.op_type == "Conv":
+    if matrix_on_channels(op):
         return None
     graph = view.ix.graph
     rank = len(graph.tensor(graph.activation_inputs(op)[0]).shape)
@@ -624,8 +632,8 @@ def _chain_link_problem(view: GroupView, i: int) -> str | None:
 
 
 def _layout_keeps_features(op: Op, x: tuple[int, ...], y: tuple[int, ...]) -> bool:
-    if op.op_type == "Transpose":
-        perm = tuple(int(p) for p in op.attr("perm", tuple(range(len(x) - 1, -1, -1))))
+    perm = axis_permutation(op, len(x))
+    if perm is not None:
         return len(x) != 4 and perm[-1] == len(x) - 1
     fx = x[_feature_axis(len(x))]
     fy = y[_feature_axis(len(y))]

@@ -1,9 +1,13 @@
 """Plans: a partition of a graph's ops into fusion groups (DESIGN §5, last paragraph).
 
-A :class:`Group` lists its ops (by name, topological order) and its :class:`Mode`. A
-:class:`Plan` lists its groups ordered by first op (see :meth:`Plan.of`). The canonical JSON
-``{"groups": [{"ops": [...], "mode": "..."}]}`` gives a stable hash used for
-de-duplication and storage. Legality is checked by :func:`fusiontune.planner.check_plan`.
+A :class:`Group` lists its ops (by name, topological order) and its :class:`Mode` (both from
+``groups``, re-exported here). A :class:`Plan` lists its groups ordered by first op (see
+:meth:`Plan.of`). The canonical JSON ``{"groups": [{"ops": [...], "mode": "..."}]}`` gives a
+stable hash used for de-duplication and storage. :meth:`Plan.from_json` and
+:meth:`Plan.from_dict` are the one validating reader of plan JSON: its shape
+(``plan_schema``), op names, then legality (:func:`fusiontune.planner.legality.check_plan`).
+
+Imports run one way: ``groups`` <- ``legality`` <- ``plan``.
 """
 
 from __future__ import annotations
@@ -11,92 +15,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from fusiontune.errors import ConfigError, IllegalPlanError
+from fusiontune.errors import IllegalPlanError, closest
+from fusiontune.fileio import parse_json
+from fusiontune.planner.groups import ALL_PATTERNS, Group, Mode, PlannerConfig
+from fusiontune.planner.legality import check_plan
+from fusiontune.planner.plan_schema import check_plan_data
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
 
-ALL_PATTERNS = frozenset({"P1", "P2", "P3", "P4"})
-
-
-@dataclass(frozen=True)
-class PlannerConfig:
-    """Knobs of the planner.
-
-    Attributes:
-        max_group_size: an optional cap on the ops of one group (``None``, the default: no
-            cap). Groups are bounded by legality (DESIGN §5 rules 1–6) and capacity (rule 7);
-            a cap is a user knob for experiments, never part of "the optimum".
-        patterns: enabled fusion patterns (DESIGN §4), for ablations such as
-            ``{"P1"}`` or ``{"P1", "P2"}``. P1 element-wise, P2 conv+pool, P3 merge, P4 stream.
-    """
-
-    max_group_size: int | None = None
-    patterns: frozenset[str] = field(default_factory=lambda: ALL_PATTERNS)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "patterns", frozenset(self.patterns))
-        cap = self.max_group_size
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ConfigError(
-                f"PlannerConfig.max_group_size: expected an integer >= 1 or None (no cap), "
-                f"got {cap!r}"
-            )
-        unknown = sorted(self.patterns - ALL_PATTERNS)
-        if unknown:
-            raise ConfigError(
-                f"PlannerConfig.patterns: unknown pattern(s) {unknown}; allowed: "
-                + ", ".join(sorted(ALL_PATTERNS))
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain form (stored with studies and results)."""
-        return {"max_group_size": self.max_group_size, "patterns": sorted(self.patterns)}
-
-
-class Mode(str, Enum):
-    """How a group executes.
-
-    - ``single``: one op on its own.
-    - ``fused``: several ops, at most one LINEAR among them, one pass, nothing stored in
-      between (P1 element-wise epilogues/prologues, P2 conv+pool, two-pass STATS groups).
-    - ``merge``: P3 matrix chain, the LINEAR ops become one matmul with merged weights.
-    - ``stream``: P4 layer pipeline, two or more LINEAR stages passing row bands through
-      on-chip line buffers; arithmetic unchanged.
-    """
-
-    SINGLE = "single"
-    FUSED = "fused"
-    MERGE = "merge"
-    STREAM = "stream"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Group:
-    """One fusion group: op names in topological order and the group's mode."""
-
-    ops: tuple[str, ...]
-    mode: Mode
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "ops", tuple(self.ops))
-        object.__setattr__(self, "mode", Mode(self.mode))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ops": list(self.ops), "mode": self.mode.value}
-
-    @property
-    def key(self) -> tuple[tuple[str, ...], str]:
-        """Hashable identity of the group (used to cache group costs)."""
-        return (self.ops, self.mode.value)
+__all__ = ["ALL_PATTERNS", "Group", "Mode", "Plan", "PlannerConfig", "singleton_plan"]
 
 
 @dataclass(frozen=True)
@@ -157,8 +89,6 @@ class Plan:
             source: where the data came from (file name), for messages.
             config: planner configuration the plan must satisfy (default: the default one).
         """
-        from fusiontune.frontend.plan_schema import check_plan_data
-
         check_plan_data(data, source)
         groups: list[Group] = []
         seen: dict[str, int] = {}
@@ -179,8 +109,6 @@ class Plan:
                 )
             for op in entry["ops"]:
                 if op not in graph.op_by_name:
-                    from fusiontune.errors import closest
-
                     raise IllegalPlanError(
                         f"{source}: groups[{i}] names op '{op}', which is not in graph "
                         f"'{graph.name}'{closest(str(op), graph.op_by_name)}"
@@ -196,8 +124,6 @@ class Plan:
             shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
             raise IllegalPlanError(f"{source}: {len(missing)} op(s) are in no group: {shown}")
         plan = cls.of(graph, groups)
-        from fusiontune.planner.legality import check_plan
-
         check_plan(graph, plan, config, source=source)
         return plan
 
@@ -205,8 +131,6 @@ class Plan:
     def from_json(
         cls, text: str, graph: Graph, source: str = "plan", config: PlannerConfig | None = None
     ) -> Plan:
-        from fusiontune.fileio import parse_json
-
         return cls.from_dict(parse_json(text, source, IllegalPlanError), graph, source, config)
 
 

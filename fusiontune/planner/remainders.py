@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fusiontune.planner.groups import Mode
 from fusiontune.planner.lattice import Lattice, Node, Transition
-from fusiontune.planner.plan import Mode
 
 NODE_UNITS = 10
 """Work units of one walked node (a unit is about a microsecond of an idle core; one op

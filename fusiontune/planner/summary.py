@@ -16,8 +16,8 @@ from functools import lru_cache
 
 from fusiontune.ir.graph import Graph
 from fusiontune.planner._index import bits
+from fusiontune.planner.groups import Mode, PlannerConfig
 from fusiontune.planner.lattice import PATTERN_BITS, Lattice, Node
-from fusiontune.planner.plan import Mode, PlannerConfig
 from fusiontune.planner.remainders import NODE_UNITS, OverBudget, Remainders
 
 LOCAL_WALK_MIN_NODES = 64

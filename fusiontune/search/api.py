@@ -501,12 +501,13 @@ def _baselines(
     """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at
     ``hw`` (the base hardware, or the best trial's). A baseline that fails is recorded as
     failed; the others go on."""
-    from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
+    from fusiontune.planner.baselines import tvm_like_plan, unfused_plan
     from fusiontune.planner.counting import count_within
     from fusiontune.planner.enumerate import enumerate_plans
     from fusiontune.search.optimize import optimal_plan
     from fusiontune.sim.bounds import capacity_bound
     from fusiontune.sim.cost import lower_bound
+    from fusiontune.sim.greedy import greedy_plan
 
     graph, cfg = problem.graph, problem.config
     out = {

@@ -359,8 +359,8 @@ class _Search:
         return (value, float(getattr(metrics, TIE_BREAK[self.metric])))
 
     def _greedy(self) -> tuple[Plan | None, float | None]:
-        from fusiontune.planner.baselines import greedy_plan
         from fusiontune.sim.cost import simulate
+        from fusiontune.sim.greedy import greedy_plan
 
         plan = greedy_plan(self.graph, self.config, self.hw)
         metrics = simulate(self.graph, plan, self.hw)

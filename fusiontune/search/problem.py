@@ -235,7 +235,8 @@ class Problem:
         only when the union fits the base hardware), the hardware-blind greedy plan (maximal
         fusion), the TVM-like plan and the unfused plan (every op alone runs, tiled through
         DRAM where it must), so the search always has a good and a feasible incumbent."""
-        from fusiontune.planner.baselines import greedy_plan, tvm_like_plan, unfused_plan
+        from fusiontune.planner.baselines import tvm_like_plan, unfused_plan
+        from fusiontune.sim.greedy import greedy_plan
 
         if self.bilevel:
             base = self.base_knob_params()

@@ -69,6 +69,7 @@ from fusiontune.sim.groupmodel import (
 )
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.matrices import linear_matrix
+from fusiontune.sim.placement import clear_placements, place_plan
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
@@ -211,8 +212,6 @@ def _cache_for(graph: Graph, hw: HardwareConfig) -> dict[Any, GroupMetrics]:
 
 def clear_cache() -> None:
     """Drop every cached group cost (benchmarks measure the cold path with it)."""
-    from fusiontune.sim.placement import clear_placements
-
     clear_placements()
     _CACHE.clear()
     _LOWER.clear()
@@ -370,7 +369,6 @@ def _chip_fields(
 ) -> dict[str, Any]:
     """The many-core fields of :class:`Metrics` (``docs/cores.md``); adds the placement's
     violations to ``violations``."""
-    from fusiontune.sim.placement import place_plan
 
     placed = place_plan(graph, plan, hw)
     violations.extend(v for v in placed.violations if not v.startswith("plan:"))

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import WeightMatrix, group_needs, line_buffers
 
@@ -245,8 +246,6 @@ def place_group(
 def _place_group(
     graph: Graph, group: Group, hw: HardwareConfig, start: int, reps: Mapping[str, int]
 ) -> PlacedGroup:
-    from fusiontune.sim.cost import group_cost
-
     flow = _Flow(hw)
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
@@ -283,7 +282,9 @@ def _place_group(
             n_bytes = math.prod(graph.tensors[t].shape) * hw.act_bytes
             for core in reading:
                 flow.send(home[op.name], core, n_bytes)
-    needed = group_cost(graph, group, hw).buffer_needed_bytes
+    pos = graph.op_index
+    totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
+    needed = int(totals.buffer_needed_bytes or 0)  # what group_cost reports
     charge = _charge_buffers(graph, group, hw, home, needed)
     violations = [
         f"group {_name(group)}: core {core} holds {b} B at the group's peak, its buffer "
