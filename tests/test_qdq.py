@@ -34,7 +34,7 @@ from fusiontune.ir.opclass import OpClass
 from fusiontune.ir.quant import CrossbarGrid
 from fusiontune.ops.linear import LinearParams, linear_params
 from fusiontune.ops.quant import grid_of
-from fusiontune.planner.baselines import greedy_plan
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.planner.legality import check_group
 from fusiontune.planner.plan import Mode, PlannerConfig
 from fusiontune.reference import random_inputs, reference_run
@@ -258,7 +258,7 @@ def test_cim_without_the_models_grids_misses_by_steps(monkeypatch: pytest.Monkey
     """The check above can fail: re-quantizing each crossbar operand by its own peak (the CIM
     numerics of a float model) lands several output steps away from onnxruntime."""
     import fusiontune.ops.linear as linear
-    from fusiontune.sim import execute as executor
+    from fusiontune.sim import structure as executor  # the compiled-group caches
 
     name = "resnet18n_qdq_tensor"
     graph = _graph(name)
