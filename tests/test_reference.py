@@ -943,6 +943,19 @@ def test_indexing_errors_name_the_op(
         reference_run(graph, feeds)
 
 
+def test_scatter_elements_reduction_per_opset() -> None:
+    """``none`` is written without the attribute before opset 16 (onnxruntime agrees there);
+    a reduction the target opset lacks is refused by name (max and min: opset 18)."""
+    graph, feeds = indexing_case("scatter_elements_axis1_neg_idx")
+    assert "reduction" not in [a.name for a in to_onnx(graph, opset=13).graph.node[0].attribute]
+    check_vs_ort(graph, feeds, opset=13)
+    graph, feeds = indexing_case("scatter_elements_max")
+    with pytest.raises(FusiontuneError, match=r"'op' \(ScatterElements\) has reduction 'max', "
+                       r"which ONNX opset 17 does not define; use opset >= 18"):  # fmt: skip
+        to_onnx(graph, opset=17)
+    check_vs_ort(graph, feeds, opset=18)
+
+
 # ---- DepthToSpace (torch's pixel_shuffle exports it in CRD mode) ------------------------------
 @pytest.mark.parametrize("mode", [None, "DCR", "CRD"])
 @pytest.mark.parametrize(("shape", "blocksize"), [((1, 8, 3, 5), 2), ((2, 18, 2, 3), 3)])
