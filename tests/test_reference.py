@@ -854,6 +854,27 @@ INDEXING_CASES: dict[str, IndexCase] = {
                        A(rnd(3, 3, seed=1))], {"reduction": "min"}),
     "scatter_nd_int_data": ("ScatterND", [A(np.arange(6, dtype=I64).reshape(2, 3)),
                             C(np.asarray([[1, 1]], I64)), A(np.asarray([40], I64))], {}),
+    "scatter_elements_axis0": ("ScatterElements", [A(rnd(3, 4)),
+                               C(np.asarray([[2, 0, 1, 2], [0, 1, 2, 0]], I64)),
+                               A(rnd(2, 4, seed=1))], {}),
+    "scatter_elements_axis1_neg_idx": ("ScatterElements", [A(rnd(2, 5)),
+                                       C(np.asarray([[-1, 0, -4], [4, -2, 1]], I64)),
+                                       A(rnd(2, 3, seed=1))], {"axis": -1}),
+    "scatter_elements_add_duplicates": ("ScatterElements", [A(rnd(4, 3)),
+                                        C(np.asarray([[1, 3, 1], [1, 0, -3]], I64)),
+                                        A(rnd(2, 3, seed=1))], {"reduction": "add"}),
+    "scatter_elements_mul_duplicates": ("ScatterElements", [A(rnd(2, 4)),
+                                        C(np.asarray([[1, 1, -3]], I64)),
+                                        A(rnd(1, 3, seed=1))], {"axis": 1, "reduction": "mul"}),
+    "scatter_elements_max": ("ScatterElements", [A(rnd(3, 4)), C(np.asarray([[0, 2, 0, 1],
+                                                                              [0, 2, 2, 1]], I64)),
+                             A(rnd(2, 4, seed=1))], {"reduction": "max"}),
+    "scatter_elements_min_3d": ("ScatterElements", [A(rnd(2, 3, 4)),
+                                A(np.asarray([[[0, 1], [1, 0]], [[2, 2], [-1, 0]]], I64)),
+                                A(rnd(2, 2, 2, seed=1))], {"axis": 1, "reduction": "min"}),
+    "scatter_elements_int_data": ("ScatterElements", [A(np.arange(6, dtype=I64).reshape(2, 3)),
+                                  C(np.asarray([[2], [0]], I64)),
+                                  A(np.asarray([[40], [50]], I64))], {"axis": 1}),
 }  # fmt: skip
 
 
@@ -880,6 +901,10 @@ def test_indexing_hand_computed() -> None:
                                            C(np.full((2, 2), 10.0, np.float32))],
                              {"reduction": "add"})  # fmt: skip
     assert reference_run(graph, feeds)["y"].tolist() == [[1.0, 2.0], [23.0, 24.0]]
+    graph, feeds = single_op("ScatterElements", [A(x), C(np.asarray([[0, -2]], I64)),
+                                                 C(np.full((1, 2), 10.0, np.float32))],
+                             {"axis": 1, "reduction": "mul"})  # fmt: skip
+    assert reference_run(graph, feeds)["y"].tolist() == [[100.0, 2.0], [3.0, 4.0]]
 
 
 @pytest.mark.parametrize(
@@ -896,8 +921,19 @@ def test_indexing_hand_computed() -> None:
         ("ScatterND", [A(rnd(4, 3)), C(np.asarray([[1]], I64)), C(rnd(1, 3))],
          {"reduction": "sum"},
          r"op 'op' \(ScatterND\): reduction 'sum' is not one of none, add, mul, max, min"),
+        ("ScatterElements", [A(rnd(2, 3)), C(np.asarray([[0, -4]], I64)), C(rnd(1, 2))],
+         {"axis": 1},
+         r"op 'op' \(ScatterElements\): index -4 at \(0, 1\) is out of range for axis 1 of "
+         r"size 3; allowed: \[-3, 2\]"),
+        ("ScatterElements", [A(rnd(2, 3)), C(np.asarray([[2]], I64)), C(rnd(1, 1))], {},
+         r"op 'op' \(ScatterElements\): index 2 .* axis 0 of size 2; allowed: \[-2, 1\]"),
+        ("ScatterElements", [A(rnd(2, 3)), C(np.asarray([[1]], I64)), C(rnd(1, 1))],
+         {"reduction": "sum"},
+         r"op 'op' \(ScatterElements\): reduction 'sum' is not one of none, add, mul, max, "
+         r"min"),
     ],
-    ids=["gather_elements_high", "gather_elements_low", "scatter_nd_high", "scatter_nd_reduction"],
+    ids=["gather_elements_high", "gather_elements_low", "scatter_nd_high", "scatter_nd_reduction",
+         "scatter_elements_low", "scatter_elements_high", "scatter_elements_reduction"],
 )  # fmt: skip
 def test_indexing_errors_name_the_op(
     op_type: str, ins: list[A | C | None], attrs: dict[str, Any], message: str
@@ -905,6 +941,99 @@ def test_indexing_errors_name_the_op(
     graph, feeds = single_op(op_type, ins, attrs)
     with pytest.raises(FusiontuneError, match=message):
         reference_run(graph, feeds)
+
+
+def test_scatter_elements_reduction_per_opset() -> None:
+    """``none`` is written without the attribute before opset 16 (onnxruntime agrees there);
+    a reduction the target opset lacks is refused by name (max and min: opset 18)."""
+    graph, feeds = indexing_case("scatter_elements_axis1_neg_idx")
+    assert "reduction" not in [a.name for a in to_onnx(graph, opset=13).graph.node[0].attribute]
+    check_vs_ort(graph, feeds, opset=13)
+    graph, feeds = indexing_case("scatter_elements_max")
+    with pytest.raises(FusiontuneError, match=r"'op' \(ScatterElements\) has reduction 'max', "
+                       r"which ONNX opset 17 does not define; use opset >= 18"):  # fmt: skip
+        to_onnx(graph, opset=17)
+    check_vs_ort(graph, feeds, opset=18)
+
+
+# ---- DepthToSpace (torch's pixel_shuffle exports it in CRD mode) ------------------------------
+@pytest.mark.parametrize("mode", [None, "DCR", "CRD"])
+@pytest.mark.parametrize(("shape", "blocksize"), [((1, 8, 3, 5), 2), ((2, 18, 2, 3), 3)])
+def test_depth_to_space(mode: str | None, shape: Shape, blocksize: int) -> None:
+    graph, feeds = depth_to_space_case(mode, shape, blocksize)
+    assert graph.ops[0].op_class is OpClass.OPAQUE  # moves channels into rows: a barrier
+    n, c, h, w = shape
+    assert graph.tensors["y"].shape == (n, c // blocksize**2, h * blocksize, w * blocksize)
+    check_vs_ort(graph, feeds)
+
+
+def depth_to_space_case(mode: str | None, shape: Shape, blocksize: int) -> OpCase:
+    attrs: dict[str, Any] = {"blocksize": blocksize} | ({"mode": mode} if mode else {})
+    return single_op("DepthToSpace", [A(rnd(*shape))], attrs)
+
+
+def test_depth_to_space_hand_computed() -> None:
+    """Channels c = 0..3 of one pixel land at (row, col) = divmod(c, 2) in both modes when
+    there is one output channel; with two, DCR takes depth last and CRD first."""
+    x = np.arange(8, dtype=np.float32).reshape(1, 8, 1, 1)
+    dcr = reference_run(*single_op("DepthToSpace", [A(x)], {"blocksize": 2}))["y"]
+    crd = reference_run(*single_op("DepthToSpace", [A(x)], {"blocksize": 2, "mode": "CRD"}))["y"]
+    assert dcr[0, :, :, :].tolist() == [[[0.0, 2.0], [4.0, 6.0]], [[1.0, 3.0], [5.0, 7.0]]]
+    assert crd[0, :, :, :].tolist() == [[[0.0, 1.0], [2.0, 3.0]], [[4.0, 5.0], [6.0, 7.0]]]
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs", "message"),
+    [((1, 6, 2, 2), {"blocksize": 2},
+      r"op 'op' \(DepthToSpace\): input \(1, 6, 2, 2\) must be NCHW with channels divisible "
+      r"by blocksize\*\*2 = 4"),
+     ((1, 4, 2, 2), {"blocksize": 2, "mode": "RCD"},
+      r"op 'op' \(DepthToSpace\): mode 'RCD' is not one of DCR, CRD"),
+     ((1, 4, 2, 2), {}, r"op 'op' \(DepthToSpace\): attribute 'blocksize' is required")],
+    ids=["channels", "mode", "blocksize"],
+)  # fmt: skip
+def test_depth_to_space_errors_name_the_op(
+    shape: Shape, attrs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(FusiontuneError, match=message):
+        single_op("DepthToSpace", [A(rnd(*shape))], attrs)
+
+
+def test_conv_depth_to_space_conv_verifies(tmp_path: Any) -> None:
+    """An ONNX file Conv -> DepthToSpace (CRD, pixel_shuffle) -> Conv: the importer loads it,
+    the greedy plan keeps DepthToSpace a barrier group of its own, and the executor's run of
+    that plan equals the reference."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from fusiontune.frontend.onnx_import import load_onnx
+    from fusiontune.planner.baselines import greedy_plan
+    from fusiontune.sim.verify import verify
+
+    w1, w2 = rnd(8, 3, 3, 3, seed=1), rnd(4, 2, 3, 3, seed=2)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="c1", pads=[1, 1, 1, 1]),
+        helper.make_node("DepthToSpace", ["a"], ["d"], name="d2s", blocksize=2, mode="CRD"),
+        helper.make_node("Conv", ["d", "w2"], ["y"], name="c2", pads=[1, 1, 1, 1]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "pixel_shuffle",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 6, 6))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 12, 12))],
+            initializer=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+        ),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    onnx.save(model, tmp_path / "ps.onnx")
+    graph = load_onnx(tmp_path / "ps.onnx")
+    assert graph.tensors["d"].shape == (1, 2, 12, 12)
+    plan = greedy_plan(graph)
+    assert ("d2s",) in [tuple(g.ops) for g in plan.groups]
+    report = verify(graph, plan)
+    assert report.passed, report.summary()
+    check_vs_ort(graph)
 
 
 # ---- multi-op graphs, errors, inputs ------------------------------------------------------
@@ -1126,6 +1255,8 @@ ONE_CASE_PER_OP: dict[str, Callable[[], OpCase]] = {
         "DequantizeLinear", [A(np.arange(120, dtype=np.int8).reshape(2, 3, 4, 5)),
                              C(np.float32(0.05)), C(np.int8(-5))],
     ),
+    "DepthToSpace": partial(depth_to_space_case, "CRD", (1, 8, 3, 5), 2),
+    "ScatterElements": partial(indexing_case, "scatter_elements_axis1_neg_idx"),
     "DynamicQuantizeLinear": lambda: single_op(
         "DynamicQuantizeLinear", [A(rnd(2, 3, 4, 5))], out_shapes=[(2, 3, 4, 5), (), ()],
         out_dtypes=["uint8", "float32", "uint8"], n_outputs=3,

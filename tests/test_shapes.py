@@ -204,6 +204,16 @@ CASES = [
          expect=(4, 3)),
     Case("scatter_nd_elements_add", "ScatterND", [(4, 3), i64(1, 2, 1, 2).reshape(2, 2), f32(2)],
          {"reduction": "add"}, expect=(4, 3)),
+    Case("scatter_elements_axis_neg", "ScatterElements",
+         [(4, 3), i64(1, -1, 0, 2).reshape(2, 2), f32(2, 2)], {"axis": -1}, opset=13,
+         expect=(4, 3)),
+    Case("scatter_elements_max_opset18", "ScatterElements", [(4, 3), i64(3, 0, 1).reshape(1, 3),
+                                                             f32(1, 3)],
+         {"reduction": "max"}, opset=18, expect=(4, 3)),
+    Case("depth_to_space_dcr", "DepthToSpace", [(1, 8, 3, 5)], {"blocksize": 2}, opset=11,
+         expect=(1, 2, 6, 10)),
+    Case("depth_to_space_crd", "DepthToSpace", [(2, 18, 2, 3)], {"blocksize": 3, "mode": "CRD"},
+         opset=13, expect=(2, 2, 6, 9)),
     Case("split_input_opset13", "Split", [(2, 6), i64(2, 4)], {"axis": 1}, n_out=2, opset=13,
          expect=(2, 2)),
     Case("split_attr_opset11", "Split", [(6, 2)], {"split": [1, 5]}, n_out=2, opset=11,
@@ -413,9 +423,22 @@ def test_reshape_target_zero_and_allowzero() -> None:
              "i": Tensor("i", (1, 3), "int64", i64(0, 1, 2).reshape(1, 3))},
             r"op 's' \(ScatterND\): the indices' last axis \(3\) must be in \[1, 2\]",
         ),
+        (
+            Op("s", "ScatterElements", ("x", "i", "u"), ("y",)),
+            {"x": Tensor("x", (4, 3)), "u": Tensor("u", (2, 2)),
+             "i": Tensor("i", (2, 3), "int64", np.zeros((2, 3), np.int64))},
+            r"op 's' \(ScatterElements\): updates have shape \(2, 2\); they need the indices' "
+            r"shape \(2, 3\)",
+        ),
+        (
+            Op("d", "DepthToSpace", ("x",), ("y",), {"blocksize": 2}),
+            {"x": Tensor("x", (1, 8, 3))},
+            r"op 'd' \(DepthToSpace\): input \(1, 8, 3\) must be NCHW",
+        ),
     ],
     ids=["conv_group", "gemm_inner", "matmul_inner", "reshape", "squeeze", "concat", "split",
-         "pool_window", "gather_elements_rank", "scatter_nd_updates", "scatter_nd_depth"],
+         "pool_window", "gather_elements_rank", "scatter_nd_updates", "scatter_nd_depth",
+         "scatter_elements_updates", "depth_to_space_rank"],
 )  # fmt: skip
 def test_shape_errors_name_the_op(op: Op, tensors: dict[str, Tensor], message: str) -> None:
     with pytest.raises(ShapeError, match=message):

@@ -1,14 +1,15 @@
-"""Ops that read or write elements at positions given by an index tensor: GatherElements and
-ScatterND (onnx.ai/onnx/operators).
+"""Ops that read or write elements at positions given by an index tensor: GatherElements,
+ScatterElements and ScatterND (onnx.ai/onnx/operators).
 
-Both are OPAQUE, like Gather: which input row an output row reads (GatherElements) or which
-output row an update lands in (ScatterND) is a *value* of the indices, not a fact of the
-shapes, so no static row map exists and the op needs its whole input resident. Exporters emit
-them on small integer and mask tensors (BERT's position ids, BART's shifted decoder inputs),
-never on the convolution or matrix activations a group would stream, so a barrier costs nothing
-there. Each has shape inference and a numpy reference kernel that the executor also runs
-(``SAME_AS_REFERENCE``); negative indices count from the end of their axis, as ONNX says, and
-an index out of range is an error naming the op, the index and the allowed range.
+All are OPAQUE, like Gather: which input row an output row reads (GatherElements) or which
+output row an update lands in (ScatterElements, ScatterND) is a *value* of the indices, not a
+fact of the shapes, so no static row map exists and the op needs its whole input resident.
+Exporters emit them on small integer and mask tensors (BERT's position ids, BART's shifted
+decoder inputs), never on the convolution or matrix activations a group would stream, so a
+barrier costs nothing there. Each has shape inference and a numpy reference kernel that the
+executor also runs (``SAME_AS_REFERENCE``); negative indices count from the end of their axis,
+as ONNX says, and an index out of range is an error naming the op, the index and the allowed
+range.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
 
 SCATTER_REDUCTION_SINCE = {"none": 11, "add": 16, "mul": 16, "max": 18, "min": 18}
-"""The first ONNX opset whose ScatterND takes each ``reduction``."""
+"""The first ONNX opset whose ScatterND and ScatterElements take each ``reduction``."""
 
 SCATTER_REDUCTIONS: dict[str, np.ufunc | None] = {
     "none": None,  # every opset; duplicate indices are undefined behaviour in ONNX
@@ -42,7 +43,7 @@ SCATTER_REDUCTIONS: dict[str, np.ufunc | None] = {
     "max": np.maximum,  # opset 18
     "min": np.minimum,  # opset 18
 }
-"""ScatterND's ``reduction`` attribute -> how an update meets the element it lands on."""
+"""The scatters' ``reduction`` attribute -> how an update meets the element it lands on."""
 
 
 def _in_range(op: Op, index: Array, dims: Array, what: str) -> Array:
@@ -87,12 +88,49 @@ def _gather_elements_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) ->
     return [tuple(idx)]
 
 
+# ---- ScatterElements ------------------------------------------------------------------------
+def _scatter_elements(op: Op, inputs: Inputs) -> list[Array]:
+    """A copy of the data with ``updates[i0, .., ik, ..]`` written (or reduced) at
+    ``[i0, .., indices[i0, .., ik, ..], ..]`` with ``k = axis``."""
+    data, idx, updates = inputs[0], inputs[1], inputs[2]
+    assert data is not None and idx is not None and updates is not None
+    reduce = _reduction(op)
+    axis = norm_axis(attr_i(op, "axis"), data.ndim, op)
+    idx = _in_range(op, idx, np.int64(data.shape[axis]), f"axis {axis}")
+    grid = list(np.ogrid[tuple(slice(d) for d in idx.shape)])
+    grid[axis] = idx
+    where = tuple(grid)
+    out = np.array(data, copy=True)
+    if reduce is None:
+        out[where] = updates
+    else:
+        reduce.at(out, where, updates)
+    return [out]
+
+
+def _scatter_elements_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
+    data, idx, updates = ins[0], ins[1], ins[2]
+    assert data is not None and idx is not None and updates is not None
+    axis = norm_axis(int(op.attr("axis", 0)), len(data), op)
+    if len(idx) != len(data) or any(i > d for a, (i, d) in enumerate(zip(idx, data)) if a != axis):
+        raise ShapeError(
+            f"op '{op.name}' (ScatterElements): indices {tuple(idx)} must have the rank of the "
+            f"data {tuple(data)} and no larger size outside axis {axis}"
+        )
+    if tuple(updates) != tuple(idx):
+        raise ShapeError(
+            f"op '{op.name}' (ScatterElements): updates have shape {tuple(updates)}; they "
+            f"need the indices' shape {tuple(idx)}"
+        )
+    return [tuple(data)]
+
+
 # ---- ScatterND ------------------------------------------------------------------------------
 def _reduction(op: Op) -> np.ufunc | None:
     name = attr_s(op, "reduction")
     if name not in SCATTER_REDUCTIONS:
         raise FusiontuneError(
-            f"op '{op.name}' (ScatterND): reduction '{name}' is not one of "
+            f"op '{op.name}' ({op.op_type}): reduction '{name}' is not one of "
             f"{', '.join(SCATTER_REDUCTIONS)}"
         )
     return SCATTER_REDUCTIONS[name]
@@ -136,16 +174,16 @@ def _scatter_nd_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shap
     return [tuple(data)]
 
 
-def _scatter_nd_export(
+def _scatter_export(
     op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
 ) -> tuple[list[str], dict[str, Any], list[str]]:
-    """A reduction the target opset's ScatterND does not have is refused by name (``none``
-    is the default, written only where the attribute exists)."""
+    """A reduction the target opset's scatter does not have is refused by name (``none`` is the
+    default, written only where the attribute exists)."""
     reduction = str(attrs.get("reduction", "none"))
     since = SCATTER_REDUCTION_SINCE.get(reduction, 0)
     if opset < since:
         raise FusiontuneError(
-            f"to_onnx: op '{op.name}' (ScatterND) has reduction '{reduction}', which ONNX "
+            f"to_onnx: op '{op.name}' ({op.op_type}) has reduction '{reduction}', which ONNX "
             f"opset {opset} does not define; use opset >= {since}"
         )
     if reduction == "none" and opset < SCATTER_REDUCTION_SINCE["add"]:
@@ -161,10 +199,17 @@ OPS: tuple[OpDef, ...] = (
         reference=_gather_elements,
     ),
     OpDef(
+        "ScatterElements",
+        defaults={"axis": 0, "reduction": "none"},
+        shape=_scatter_elements_shape,
+        reference=_scatter_elements,
+        export=_scatter_export,
+    ),
+    OpDef(
         "ScatterND",
         defaults={"reduction": "none"},
         shape=_scatter_nd_shape,
         reference=_scatter_nd,
-        export=_scatter_nd_export,
+        export=_scatter_export,
     ),
 )

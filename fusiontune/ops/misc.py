@@ -1,6 +1,6 @@
 """OPAQUE ops the IR still knows: shape inference and a reference kernel, no fusion.
 
-Concat, Slice, Gather, Split, Pad, Expand, Where, Cast, Shape and Size have shape
+Concat, Slice, Gather, Split, Pad, Expand, Where, Cast, Shape, Size and DepthToSpace have shape
 inference (constant operands in their ONNX input or attribute forms); the others (Tile,
 Range, Constant, ConstantOfShape, Einsum, CumSum) have only a reference kernel, so the
 importer takes their shapes from ``onnx.shape_inference`` and warns about them. Every op
@@ -342,6 +342,54 @@ def _split_export(
     return inputs, attrs, outputs
 
 
+# ---- DepthToSpace ---------------------------------------------------------------------------
+DEPTH_TO_SPACE_MODES = ("DCR", "CRD")
+"""DepthToSpace's ``mode`` (opset 11+; DCR before): the order of (depth, column, row) in C."""
+
+
+def _depth_to_space_geometry(op: Op, shape: Shape) -> tuple[int, str]:
+    """``(blocksize, mode)`` of a DepthToSpace on an NCHW input of ``shape``.
+
+    Raises:
+        ShapeError: not rank 4, a mode outside :data:`DEPTH_TO_SPACE_MODES`, or channels
+            that ``blocksize**2`` does not divide.
+    """
+    b, mode = attr_i(op, "blocksize"), attr_s(op, "mode")
+    if mode not in DEPTH_TO_SPACE_MODES:
+        raise ShapeError(
+            f"op '{op.name}' (DepthToSpace): mode '{mode}' is not one of "
+            f"{', '.join(DEPTH_TO_SPACE_MODES)}"
+        )
+    if len(shape) != 4 or b < 1 or shape[1] % (b * b):
+        raise ShapeError(
+            f"op '{op.name}' (DepthToSpace): input {tuple(shape)} must be NCHW with channels "
+            f"divisible by blocksize**2 = {b * b}"
+        )
+    return b, mode
+
+
+def _depth_to_space_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
+    x = ins[0]
+    assert x is not None
+    b, _ = _depth_to_space_geometry(op, x)
+    n, c, h, w = x
+    return [(n, c // (b * b), h * b, w * b)]
+
+
+def _depth_to_space(op: Op, inputs: Inputs) -> list[Array]:
+    """Channels ``(b, b, C')`` (DCR) or ``(C', b, b)`` (CRD) moved into ``b x b`` blocks of
+    rows and columns (torch's ``pixel_shuffle`` is CRD)."""
+    x = inputs[0]
+    assert x is not None
+    b, mode = _depth_to_space_geometry(op, x.shape)
+    n, c, h, w = x.shape
+    if mode == "DCR":
+        y = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return [np.ascontiguousarray(y.reshape(n, c // (b * b), h * b, w * b))]
+
+
 # ---- folded output sizes (``limits``: the importer folds no output larger than its bound) ----
 def _constant_of_shape_elements(values: Inputs) -> int | None:
     return math.prod(fold_ints(values[0])) if values else None
@@ -442,4 +490,10 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Range", reference=_range, fold_elements=_range_elements),
     OpDef("Einsum", reference=_einsum),
     OpDef("CumSum", defaults={"exclusive": 0, "reverse": 0}, reference=_cumsum),
+    OpDef(
+        "DepthToSpace",
+        defaults={"mode": "DCR"},
+        shape=_depth_to_space_shape,
+        reference=_depth_to_space,
+    ),
 )
