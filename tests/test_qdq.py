@@ -34,11 +34,11 @@ from fusiontune.ir.opclass import OpClass
 from fusiontune.ir.quant import CrossbarGrid
 from fusiontune.ops.linear import LinearParams, linear_params
 from fusiontune.ops.quant import grid_of
-from fusiontune.sim.greedy import greedy_plan
 from fusiontune.planner.legality import check_group
 from fusiontune.planner.plan import Mode, PlannerConfig
 from fusiontune.reference import random_inputs, reference_run
 from fusiontune.sim.execute import execute
+from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig
 
 DATA = Path(__file__).parent / "data" / "qdq"
