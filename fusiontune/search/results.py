@@ -123,14 +123,25 @@ def trials_frame(
     return frame
 
 
-def _n_groups(plan_json: str) -> int:
-    return len(json.loads(plan_json)["groups"]) if plan_json else 0
+def _n_groups(plan_json: str, source: str = "stored plan") -> int:
+    """Groups of a stored plan, read by the plan JSON's validating schema check (no graph here:
+    op names are checked where a plan is rebuilt, by ``Plan.from_json``)."""
+    if not plan_json:
+        return 0
+    from fusiontune.errors import IllegalPlanError
+    from fusiontune.fileio import parse_json
+    from fusiontune.planner.plan_schema import check_plan_data
+
+    data = parse_json(plan_json, source, IllegalPlanError)
+    check_plan_data(data, source)
+    return len(data["groups"])
 
 
 def _knobs(hw_json: str) -> dict[str, Any]:
+    """The scalar fields of a stored hardware, read by the one hardware reader."""
     if not hw_json:
         return {}
-    data = json.loads(hw_json)
+    data = hardware_from_json(hw_json).to_dict()
     return {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
 
 
