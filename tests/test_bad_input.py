@@ -66,6 +66,9 @@ def _onnx_bytes(kind: str) -> bytes:
     elif kind == "negative-dim":
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, -3])
         nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    elif kind == "zero-weight":  # a MatMul weight with 0 rows
+        inits.append(helper.make_tensor("w", TensorProto.FLOAT, [0, 4], []))
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
     else:
         raise ValueError(kind)
     graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
@@ -445,6 +448,14 @@ def _cases() -> list[Case]:
             "input 'x' dimension 1 is -3; dimensions must be >= 1",
             "fix the export, or give the shape with --input-shape",
             {"neg.onnx": _onnx_bytes("negative-dim")},
+        ),
+        Case(
+            "onnx-zero-size-weight",
+            "ONNX initializer with a dimension of 0",
+            ("show", f"{TMP}/empty.onnx"),
+            "initializer 'w' (0x4) has dimension 0 = 0, read by op 'fc' (MatMul)",
+            "fix the export: weights, biases and scales must not be empty",
+            {"empty.onnx": _onnx_bytes("zero-weight")},
         ),
         Case(
             "yaml-alias-bomb",

@@ -1,0 +1,88 @@
+"""Regression tests for issue 24 (hardening, round three): each bad input names its fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fusiontune.errors import ModelLoadError
+from fusiontune.frontend.onnx_import import load_onnx
+
+
+# ---- zero-size initializers -----------------------------------------------------------------
+def _save(tmp_path: Path, nodes: list[onnx.NodeProto], inits: dict[str, np.ndarray],
+          x_shape: list[int], y_shape: list[int] | None = None) -> Path:  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _conv(bias: np.ndarray) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[1, 1])
+    return [node], {"w": np.ones((4, 3, 1, 1)), "b": bias}
+
+
+def _bn(scale: np.ndarray) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])
+    ones = np.ones(3)
+    return [node], {"s": scale, "b": ones, "m": ones, "v": ones}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "inits", "x_shape", "name", "shape", "axis", "op_type"),
+    [
+        ([helper.make_node("MatMul", ["x", "w"], ["y"])], {"w": np.zeros((0, 4))},
+         [1, 4], "w", "0x4", 0, "MatMul"),
+        ([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], {"w": np.zeros((0, 4))},
+         [1, 4], "w", "0x4", 0, "Gemm"),
+        (*_conv(np.zeros(0)), [1, 3, 4, 4], "b", "0", 0, "Conv"),
+        (*_bn(np.zeros(0)), [1, 3, 4, 4], "s", "0", 0, "BatchNormalization"),
+    ],
+)  # fmt: skip
+def test_zero_size_initializer_is_refused_naming_it(
+    tmp_path: Path,
+    nodes: list[onnx.NodeProto],
+    inits: dict[str, np.ndarray],
+    x_shape: list[int],
+    name: str,
+    shape: str,
+    axis: int,
+    op_type: str,
+) -> None:
+    path = _save(tmp_path, nodes, inits, x_shape)
+    with pytest.raises(ModelLoadError) as info:
+        load_onnx(path)
+    message = str(info.value)
+    assert f"initializer '{name}' ({shape})" in message
+    assert f"dimension {axis} = 0" in message
+    assert f"({op_type})" in message
+
+
+def test_zero_size_constant_node_is_named_as_constant(tmp_path: Path) -> None:
+    const = helper.make_node(
+        "Constant", [], ["w"], value=numpy_helper.from_array(np.zeros((4, 0), np.float32))
+    )
+    path = _save(tmp_path, [const, helper.make_node("MatMul", ["x", "w"], ["y"])], {}, [1, 4])
+    with pytest.raises(ModelLoadError, match=r"Constant 'w' \(4x0\) has dimension 1 = 0"):
+        load_onnx(path)
+
+
+def test_empty_one_d_lists_stay_allowed(tmp_path: Path) -> None:
+    """Resize's empty ``roi`` is ONNX's spelling of an absent list: it still loads."""
+    node = helper.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest")
+    inits = {"roi": np.zeros(0), "scales": np.array([1.0, 1.0, 2.0, 2.0])}
+    path = _save(tmp_path, [node], inits, [1, 3, 4, 4])
+    graph = load_onnx(path)
+    assert graph.tensors["y"].shape == (1, 3, 8, 8)
