@@ -200,6 +200,17 @@ def _cases() -> list[Case]:
             {"space.yaml": "knobs:\n  adc_bits: {low: 0, high: 8}\n"},
         ),
         Case(
+            "space-knob-pair",
+            "search-space knobs that combine into an invalid chip",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "space.yaml: knobs.dac_bits = 8 with knobs.act_bits = 4 makes an invalid chip",
+            "narrow the two ranges so that every combination is valid (here dac_bits <= act_bits)",
+            {
+                "space.yaml": "knobs:\n  dac_bits: {choices: [1, 8]}\n"
+                "  act_bits: {low: 4, high: 8}\n"
+            },
+        ),
+        Case(
             "space-bad-yaml",
             "search space is not valid YAML",
             (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),

@@ -9,8 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from fusiontune.cli.main import main
 from fusiontune.errors import ModelLoadError
 from fusiontune.frontend.onnx_import import load_onnx
+from fusiontune.frontend.zoo import build_zoo
 
 
 # ---- zero-size initializers -----------------------------------------------------------------
@@ -86,3 +88,45 @@ def test_empty_one_d_lists_stay_allowed(tmp_path: Path) -> None:
     path = _save(tmp_path, [node], inits, [1, 3, 4, 4])
     graph = load_onnx(path)
     assert graph.tensors["y"].shape == (1, 3, 8, 8)
+
+
+# ---- knob combinations ----------------------------------------------------------------------
+def test_knob_pair_making_an_invalid_chip_is_refused_before_the_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each range alone is valid; ``dac_bits`` 8 with ``act_bits`` 4 is not."""
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "trials: 4\nknobs:\n  dac_bits: {choices: [1, 8]}\n  act_bits: {low: 4, high: 8}\n"
+    )
+    out = tmp_path / "out"
+    argv = ["search", "--workers", "1", "--trials", "4", "--out", str(out), "--space", str(space)]
+    code = main([*argv, "mlp_relu"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{space}: knobs.dac_bits = 8 with knobs.act_bits = 4" in err
+    assert "exceeds act_bits" in err
+    assert not (out / "trials.parquet").exists()
+
+
+def test_knob_pairs_that_always_combine_load(tmp_path: Path) -> None:
+    from fusiontune.search.problem import Problem
+    from fusiontune.search.space import load_space
+    from fusiontune.sim.hardware import HardwareConfig
+
+    space = tmp_path / "space.yaml"
+    space.write_text("knobs:\n  dac_bits: {low: 1, high: 4}\n  act_bits: {low: 4, high: 8}\n")
+    problem = Problem.build(build_zoo("mlp_relu"), load_space(space), HardwareConfig())
+    assert [k.name for k in problem.space.knobs] == ["dac_bits", "act_bits"]
+
+
+def test_small_int_knobs_are_checked_at_every_value() -> None:
+    from fusiontune.search.problem import knob_extremes
+    from fusiontune.search.space import Knob
+
+    assert knob_extremes(Knob("cores", "int", 1, 8, step=2)) == (1, 3, 5, 7)
+    assert knob_extremes(Knob("buffer_bytes", "int", 1024, 65536, log=True)) == (1024, 65536)
+    assert knob_extremes(Knob("dram_kind", "categorical", choices=("HBM2", "GDDR5"))) == (
+        "HBM2",
+        "GDDR5",
+    )
