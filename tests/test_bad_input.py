@@ -412,6 +412,13 @@ def _cases() -> list[Case]:
             {"dyn.onnx": _onnx_bytes("dynamic")},
         ),
         Case(
+            "zoo-input-size-too-large",
+            "input size whose zoo model weights exceed the memory limit",
+            ("simulate", "vgg16", "--input-size", "20000"),
+            "--input-size 20000 is too large for zoo model 'vgg16'",
+            "use at most the largest --input-size the message gives, or raise --memory-limit",
+        ),
+        Case(
             "memory-limit-bad",
             "memory limit that is not a size",
             ("show", "mlp_relu", "--memory-limit", "lots"),

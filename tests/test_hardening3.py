@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,16 @@ from fusiontune.cli.main import main
 from fusiontune.errors import ModelLoadError
 from fusiontune.frontend.onnx_import import load_onnx
 from fusiontune.frontend.zoo import build_zoo
+
+
+@pytest.fixture(autouse=True)
+def _keep_memory_limit() -> Iterator[None]:
+    """``--memory-limit`` sets a process-wide limit: restore it after each test."""
+    from fusiontune.limits import memory_limit, set_memory_limit
+
+    previous = memory_limit()
+    yield
+    set_memory_limit(previous)
 
 
 # ---- zero-size initializers -----------------------------------------------------------------
@@ -130,3 +142,42 @@ def test_small_int_knobs_are_checked_at_every_value() -> None:
         "HBM2",
         "GDDR5",
     )
+
+
+# ---- --input-size too large for a zoo model -------------------------------------------------
+def _largest_named(err: str) -> int:
+    match = re.search(r"the largest --input-size that fits is (\d+)", err)
+    assert match is not None, err
+    return int(match.group(1))
+
+
+def test_input_size_beyond_the_memory_limit_names_the_option_and_the_largest_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from fusiontune.frontend.zoo import _weight_bytes
+    from fusiontune.limits import memory_limit
+
+    code = main(["simulate", "vgg16", "--input-size", "20000"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--input-size 20000 is too large for zoo model 'vgg16'" in err
+    assert "memory limit of 4 GiB" in err
+    largest = _largest_named(err)
+    assert "(largest: 'fc1.weight', 4096x" in err
+    fit, over = _weight_bytes("vgg16", largest, 1), _weight_bytes("vgg16", largest + 1, 1)
+    assert fit is not None and over is not None
+    assert fit[0] <= memory_limit() < over[0]
+
+
+def test_weights_are_limited_in_total_not_only_one_by_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mlp_bottleneck at width 65536: two 16 MiB weights, each under a 24 MiB limit, not both."""
+    out = tmp_path / "out"
+    argv = ["search", "--workers", "1", "--trials", "2", "--out", str(out), "mlp_bottleneck"]
+    code = main([*argv, "--input-size", "65536", "--memory-limit", "24MiB"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--input-size 65536 is too large for zoo model 'mlp_bottleneck'" in err
+    assert "memory limit of 24 MiB" in err
+    assert 1 <= _largest_named(err) < 65536
