@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,3 +183,60 @@ def test_weights_are_limited_in_total_not_only_one_by_one(
     assert "--input-size 65536 is too large for zoo model 'mlp_bottleneck'" in err
     assert "memory limit of 24 MiB" in err
     assert 1 <= _largest_named(err) < 65536
+
+
+# ---- the Ray reaper works without /proc -----------------------------------------------------
+def test_reaper_reads_the_process_table_without_proc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table comes from psutil: hiding ``/proc`` (as on macOS or Windows) changes nothing."""
+    from pathlib import Path as RealPath
+
+    from fusiontune.search import ray_reaper
+
+    monkeypatch.setattr(ray_reaper, "PROC", RealPath("/no/such/proc"), raising=False)
+    table = ray_reaper._table()
+    me = [key for key in table if key[0] == os.getpid()]
+    assert len(me) == 1 and table[me[0]] == os.getppid()
+
+
+def test_reaper_stops_the_ray_marked_children_of_a_killed_driver() -> None:
+    """A stand-in driver with one child whose command line names ray: once the driver is
+    killed and the reaper's stdin closes, the child is stopped too."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from fusiontune.search import ray_reaper
+
+    child = "import time; time.sleep(300)"
+    driver_code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {child!r}, 'ray::IDLE'])\n"
+        "print(p.pid, flush=True); time.sleep(300)\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", driver_code], stdout=subprocess.PIPE)
+    reaper = None
+    try:
+        assert driver.stdout is not None
+        child_pid = int(driver.stdout.readline())
+        reaper = subprocess.Popen(
+            [sys.executable, ray_reaper.__file__, str(driver.pid)], stdin=subprocess.PIPE
+        )
+        deadline = time.monotonic() + 60
+        while not ray_reaper._is_ray(child_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3 * ray_reaper.SNAPSHOT_S)  # at least one snapshot has noted the child
+        driver.kill()
+        driver.wait(timeout=60)
+        assert reaper.stdin is not None
+        reaper.stdin.close()
+        assert reaper.wait(timeout=60) == 0
+        assert child_pid not in {pid for pid, _ in ray_reaper._table()}
+    finally:
+        for proc in (driver, reaper):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(child_pid).kill()
