@@ -86,9 +86,11 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
   A second Ctrl-C during that save is held until it is done: no trial is stored twice.
 - **A killed driver** (SIGKILL, power loss) loses at most `--checkpoint-every` seconds of work
-  (default 5): finished trials go to the study storage and `trials.parquet` periodically, each
-  file replaced atomically. Rerun with `--resume`. The local Ray it started (workers, raylet,
-  agents) is stopped within seconds by a small reaper process.
+  (default 5): finished trials go to the study storage (one transaction per checkpoint: all of
+  its trials or none) and `trials.parquet` periodically, each file replaced atomically. Rerun
+  with `--resume`. The local Ray it started (workers, raylet, agents) is stopped within seconds
+  by a small reaper process (it reads the process table through psutil: Linux, macOS and
+  Windows alike).
 - **Reading `trials.parquet` during a search**: read it through one open file
   (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
   `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.

@@ -48,6 +48,43 @@ class ResourceLimitError(FusiontuneError):
     """A tensor (or all tensors at once) would need more memory than the limit allows."""
 
 
+class InputSizeError(ResourceLimitError):
+    """A zoo model's weights at this ``input_size`` need more memory than the limit allows.
+
+    Attributes:
+        model: the zoo model's name.
+        input_size: the size asked for.
+        needed: bytes of the weights at that size.
+        limit: the memory limit in bytes.
+        largest: the largest ``input_size`` whose weights fit (``None``: none does).
+        biggest: the largest weight at ``input_size``, as text (name, shape, bytes).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        input_size: int,
+        needed: int,
+        limit: int,
+        largest: int | None,
+        biggest: str = "",
+    ) -> None:
+        from fusiontune.limits import format_bytes
+
+        fits = (
+            f"the largest input_size that fits is {largest}"
+            if largest is not None
+            else "no input_size fits"
+        )
+        super().__init__(
+            f"zoo model '{model}': input_size {input_size} needs {format_bytes(needed)} of "
+            f"weights{f' (largest: {biggest})' if biggest else ''}, more than the memory "
+            f"limit of {format_bytes(limit)}; {fits}"
+        )
+        self.model, self.input_size, self.needed = model, input_size, needed
+        self.limit, self.largest, self.biggest = limit, largest, biggest
+
+
 def check_keys(
     data: Iterable[object], allowed: Sequence[str], where: str, label: str = "allowed"
 ) -> None:

@@ -66,6 +66,9 @@ def _onnx_bytes(kind: str) -> bytes:
     elif kind == "negative-dim":
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, -3])
         nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    elif kind == "zero-weight":  # a MatMul weight with 0 rows
+        inits.append(helper.make_tensor("w", TensorProto.FLOAT, [0, 4], []))
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
     else:
         raise ValueError(kind)
     graph = helper.make_graph(nodes, "g", [x], [y], initializer=inits)
@@ -195,6 +198,17 @@ def _cases() -> list[Case]:
             "space.yaml: knobs.adc_bits = 0: key 'adc_bits' = 0 is out of range",
             "keep knob ranges inside the allowed range the message gives",
             {"space.yaml": "knobs:\n  adc_bits: {low: 0, high: 8}\n"},
+        ),
+        Case(
+            "space-knob-pair",
+            "search-space knobs that combine into an invalid chip",
+            (*search, "--space", f"{TMP}/space.yaml", "mlp_relu"),
+            "space.yaml: knobs.dac_bits = 8 with knobs.act_bits = 4 makes an invalid chip",
+            "narrow the two ranges so that every combination is valid (here dac_bits <= act_bits)",
+            {
+                "space.yaml": "knobs:\n  dac_bits: {choices: [1, 8]}\n"
+                "  act_bits: {low: 4, high: 8}\n"
+            },
         ),
         Case(
             "space-bad-yaml",
@@ -398,6 +412,13 @@ def _cases() -> list[Case]:
             {"dyn.onnx": _onnx_bytes("dynamic")},
         ),
         Case(
+            "zoo-input-size-too-large",
+            "input size whose zoo model weights exceed the memory limit",
+            ("simulate", "vgg16", "--input-size", "20000"),
+            "--input-size 20000 is too large for zoo model 'vgg16'",
+            "use at most the largest --input-size the message gives, or raise --memory-limit",
+        ),
+        Case(
             "memory-limit-bad",
             "memory limit that is not a size",
             ("show", "mlp_relu", "--memory-limit", "lots"),
@@ -445,6 +466,14 @@ def _cases() -> list[Case]:
             "input 'x' dimension 1 is -3; dimensions must be >= 1",
             "fix the export, or give the shape with --input-shape",
             {"neg.onnx": _onnx_bytes("negative-dim")},
+        ),
+        Case(
+            "onnx-zero-size-weight",
+            "ONNX initializer with a dimension of 0",
+            ("show", f"{TMP}/empty.onnx"),
+            "initializer 'w' (0x4) has dimension 0 = 0, read by op 'fc' (MatMul)",
+            "fix the export: weights, biases and scales must not be empty",
+            {"empty.onnx": _onnx_bytes("zero-weight")},
         ),
         Case(
             "yaml-alias-bomb",

@@ -8,6 +8,8 @@ import argparse
 import re
 from typing import TYPE_CHECKING
 
+from fusiontune.errors import FusiontuneError, InputSizeError
+
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
 
@@ -106,4 +108,24 @@ def load_graph(args: argparse.Namespace) -> Graph:
         if value is not None
     }
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
-    return load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    try:
+        return load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+    except InputSizeError as exc:
+        raise input_size_error(exc) from None
+
+
+def input_size_error(exc: InputSizeError) -> FusiontuneError:
+    """``exc`` worded for the command line: names ``--input-size``, the limit and the fix."""
+    from fusiontune.limits import format_bytes
+
+    fix = (
+        f"the largest --input-size that fits is {exc.largest}"
+        if exc.largest is not None
+        else "no --input-size fits"
+    )
+    return FusiontuneError(
+        f"--input-size {exc.input_size} is too large for zoo model '{exc.model}': its weights "
+        f"need {format_bytes(exc.needed)} (largest: {exc.biggest}), more than the memory limit of "
+        f"{format_bytes(exc.limit)}; {fix} (or raise --memory-limit if the machine has the "
+        "memory)"
+    )

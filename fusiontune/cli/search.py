@@ -14,9 +14,11 @@ from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
     add_memory_limit_argument,
     apply_memory_limit,
+    input_size_error,
     int_in_range,
     positive_int,
 )
+from fusiontune.errors import InputSizeError
 from fusiontune.search.api import MAX_SEED
 from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S, MAX_WORKERS_PER_CORE, max_workers
 from fusiontune.search.storage import FLUSH_INTERVAL_S
@@ -165,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
             eval_timeout_s=args.eval_timeout or None,
             checkpoint_s=args.checkpoint_every,
         )
+    except InputSizeError as exc:
+        raise input_size_error(exc) from None
     except SearchInterrupted as stop:
         progress.close()
         print(

@@ -39,6 +39,7 @@ from fusiontune.errors import FusiontuneError, ModelLoadError
 from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
 from fusiontune.ir.graph import Graph, Op, Tensor
+from fusiontune.ir.opclass import OpClass
 from fusiontune.ir.quant import QuantParams
 from fusiontune.ops import KNOWN_OP_TYPES, def_of, fold_output_elements, infer_op_shapes
 
@@ -343,6 +344,42 @@ def _fold_bytes(op: Op, values: Sequence[np.ndarray | None]) -> int:
     return n * itemsize
 
 
+_ZERO_SIZE_CLASSES = frozenset({OpClass.LINEAR, OpClass.AFFINE})
+"""Classes whose constant operands are weights: an empty one of any rank is refused."""
+
+
+def _check_zero_size(
+    op: Op, constants: Mapping[str, np.ndarray], initializers: frozenset[str], where: str
+) -> None:
+    """Refuse an empty constant input of ``op`` (imported, not folded) that cannot be meant.
+
+    A constant with a 0 dimension is refused when its rank is >= 2 (a weight matrix or kernel),
+    or when ``op`` is LINEAR or AFFINE (a bias, a scale). Empty 1-D constants of other ops stay
+    allowed: ONNX spells absent lists that way (Resize's ``roi``, Reshape to a scalar).
+
+    Raises:
+        ModelLoadError: naming the initializer/Constant, its shape, the axis that is 0 and the op.
+    """
+    empty = [t for t in op.inputs if t in constants and constants[t].size == 0]
+    if not empty:
+        return
+    op_class: OpClass | None = None
+    for t in empty:
+        shape = tuple(int(d) for d in constants[t].shape)
+        if len(shape) < 2:
+            if op_class is None:
+                op_class = def_of(op).classify(op, lambda name: name in constants)
+            if op_class not in _ZERO_SIZE_CLASSES:
+                continue
+        axis = shape.index(0)
+        kind = "initializer" if t in initializers else "Constant"
+        raise ModelLoadError(
+            f"{where}: {kind} '{t}' ({limits.shape_text(shape)}) has dimension {axis} = 0, "
+            f"read by op '{op.name}' ({op.op_type}); a weight, bias or scale must not be "
+            "empty (fix the export)"
+        )
+
+
 # ---- 3-5. the import proper -------------------------------------------------------------------
 @dataclass
 class _Importer:
@@ -360,6 +397,7 @@ class _Importer:
     origin: dict[str, int] = field(default_factory=dict)  # op name -> top-level node index
     grids: dict[str, QuantParams] = field(default_factory=dict)  # dequantized constants
     fold_limit_bytes: int = 0
+    _initializer_names: frozenset[str] = frozenset()
     _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
 
     @property
@@ -391,6 +429,7 @@ class _Importer:
             raise self.fail("sparse initializers are not supported; densify them first")
         for init in graph.initializer:
             self.constants[init.name] = self._tensor_value(init, "initializer")
+        self._initializer_names = frozenset(init.name for init in graph.initializer)
         self._read_inputs()
         nodes, origin = inline_local_functions(self.model, str(self.path))
         outs = [o.name for o in graph.output]
@@ -590,6 +629,7 @@ class _Importer:
         op = Op(name, op_type, tuple(node.input), tuple(node.output), attrs, domain=domain)
         if not domain and self._fold(node, op):
             return
+        _check_zero_size(op, self.constants, self._initializer_names, str(self.path))
         if domain or node.op_type not in KNOWN_OP_TYPES:
             self.unknown[f"{domain}::{node.op_type}" if domain else node.op_type] += 1
         for t in op.inputs:

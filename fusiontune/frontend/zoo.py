@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusiontune.errors import ModelLoadError, ShapeError, closest
+from fusiontune.errors import FusiontuneError, InputSizeError, ModelLoadError, ShapeError, closest
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
+from fusiontune.limits import format_bytes, memory_limit, n_elements, shape_text
 
 # ImageNet-1k classifiers (torchvision default num_classes)
 IMAGENET_CLASSES = 1000
@@ -113,6 +114,19 @@ class _ZooBuilder(GraphBuilder):
     def __init__(self, name: str, seed: int = 0, placeholder: bool = False) -> None:
         super().__init__(name, seed)
         self.placeholder = placeholder
+
+    def constant_bytes(self) -> tuple[int, str]:
+        """Bytes the constants added so far take once drawn (placeholders count in full), and
+        the largest of them as text (``'fc1.weight', 256x784, 784 KiB``)."""
+        sizes = [
+            (n_elements(t.shape) * t.value.dtype.itemsize, t.name, t.shape)
+            for t in self._tensors.values()
+            if t.value is not None
+        ]
+        if not sizes:
+            return 0, ""
+        n, tensor, shape = max(sizes)
+        return sum(s[0] for s in sizes), f"'{tensor}', {shape_text(shape)}, {format_bytes(n)}"
 
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
         if self.placeholder:
@@ -525,12 +539,52 @@ def _build(
         raise ModelLoadError(f"zoo model '{name}': batch {batch!r} must be an integer >= 1")
     if not _is_int(seed) or seed < 0:
         raise ModelLoadError(f"zoo model '{name}': seed {seed!r} must be an integer >= 0")
+    if not placeholder:
+        _check_weight_bytes(name, int(size), int(n))
     builder = _ZooBuilder(name, seed, placeholder=placeholder)
     try:
         entry.build(builder, int(size), int(n))
     except ShapeError as exc:  # a size above the minimum that still breaks a layer
         raise ModelLoadError(f"zoo model '{name}' at input_size {size}: {exc}") from exc
     return builder.build()
+
+
+def _weight_bytes(name: str, size: int, batch: int) -> tuple[int, str] | None:
+    """Bytes of a zoo model's constants at ``size`` and its largest one as text, from a
+    placeholder build (no weight is allocated); ``None`` when it does not build at that size."""
+    builder = _ZooBuilder(name, 0, placeholder=True)
+    try:
+        ZOO[name].build(builder, size, batch)
+    except FusiontuneError:  # a layer broken at this size, or a shape too large to hold
+        return None
+    return builder.constant_bytes()
+
+
+def _check_weight_bytes(name: str, size: int, batch: int) -> None:
+    """Refuse a size whose weights together exceed the memory limit, before drawing any.
+
+    Raises:
+        InputSizeError: with the largest size that fits (binary search on placeholder
+            builds, which allocate nothing).
+    """
+    limit = memory_limit()
+    counted = _weight_bytes(name, size, batch)
+    if counted is None or counted[0] <= limit:
+        return  # a size that does not build is reported by the real build
+    needed, biggest = counted
+
+    def fits(s: int) -> bool:
+        n = _weight_bytes(name, s, batch)
+        return n is not None and n[0] <= limit
+
+    lo = ZOO[name].min_input_size
+    if not fits(lo):
+        raise InputSizeError(name, size, needed, limit, None, biggest)
+    hi = size  # invariant: fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    raise InputSizeError(name, size, needed, limit, lo, biggest)
 
 
 def _is_int(value: object) -> bool:

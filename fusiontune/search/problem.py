@@ -71,6 +71,26 @@ class SolveSpec:
     config: PlannerConfig
 
 
+SMALL_INT_RANGE = 16
+"""An integer knob with at most this many values is checked at every value, not only at its
+ends (divisibility rules such as ``cores`` dividing ``n_crossbars`` are not monotonic)."""
+
+
+def knob_extremes(knob: Knob) -> tuple[Any, ...]:
+    """The values of ``knob`` :meth:`Problem.check_knobs` tries: every choice of a categorical
+    knob, every value of a small integer range, else the two ends."""
+    if knob.kind == "categorical":
+        return tuple(knob.choices)
+    assert knob.low is not None and knob.high is not None
+    if knob.kind == "int":
+        low, high, step = int(knob.low), int(knob.high), int(knob.step or 1)
+        values = range(low, high + 1, step)
+        if len(values) <= SMALL_INT_RANGE:
+            return tuple(values)
+        return (values[0], values[-1])
+    return (knob.low, knob.high)
+
+
 @dataclass(frozen=True)
 class Problem:
     """A fixed search problem: the graph, its decision variables and the base hardware."""
@@ -183,19 +203,32 @@ class Problem:
             )
 
     def check_knobs(self) -> None:
-        """Apply each knob's extreme values to the base hardware once: a range the hardware
+        """Apply each knob's extreme values to the base hardware, then every pair of knobs at
+        their extreme values together (:func:`knob_extremes`): a range, or a combination of
+        two ranges (``dac_bits`` up to 8 with ``act_bits`` down to 4), that the hardware
         refuses fails here, naming the search-space file, not in the middle of a search."""
-        for knob in self.space.knobs:
-            values = knob.choices if knob.kind == "categorical" else (knob.low, knob.high)
+        import itertools
+
+        extremes = [(knob, knob_extremes(knob)) for knob in self.space.knobs]
+        for knob, values in extremes:
             for value in values:
-                if knob.kind == "int":
-                    value = int(value)
                 try:
                     self.base_hw.replace(**{knob.name: value})
                 except ConfigError as exc:
                     reason = str(exc).removeprefix("overrides: ")
                     raise ConfigError(
                         f"{self.space.source}: knobs.{knob.name} = {value!r}: {reason}"
+                    ) from exc
+        for (a, a_values), (b, b_values) in itertools.combinations(extremes, 2):
+            for va, vb in itertools.product(a_values, b_values):
+                try:
+                    self.base_hw.replace(**{a.name: va, b.name: vb})
+                except ConfigError as exc:
+                    reason = str(exc).removeprefix("overrides: ")
+                    raise ConfigError(
+                        f"{self.space.source}: knobs.{a.name} = {va!r} with knobs.{b.name} = "
+                        f"{vb!r} makes an invalid chip: {reason}; narrow the two ranges so "
+                        "every combination is valid"
                     ) from exc
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:

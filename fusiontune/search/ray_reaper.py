@@ -3,38 +3,37 @@
 ``ray.init`` starts a local node (GCS server, raylet, monitors) as children of the driver and
 the raylet starts agents (``DashboardAgent``, ``RuntimeEnvAgent``) and workers. When the driver
 is killed, the agents outlive it (orphaned, they also ignore ``SIGTERM``). Before starting a
-local Ray the driver starts a reaper: a small process in its own session that notes, every
-:data:`SNAPSHOT_S`, the Ray processes descended from the driver (by ``/proc``: parent pid,
-start time, a command line naming ray). When the driver ends, however it ends, the reaper's
-stdin pipe closes; it then stops every noted process still alive and their descendants:
-``SIGTERM``, then ``SIGKILL`` after :data:`GRACE_S`. Linux only (``/proc``); elsewhere a
-no-op. The module uses the standard library only: it runs as a script.
+local Ray the driver starts a reaper: a small process in its own session (its own process
+group on Windows) that notes, every :data:`SNAPSHOT_S`, the Ray processes descended from the
+driver (by ``psutil``: parent pid, create time, a command line naming ray). When the driver
+ends, however it ends, the reaper's stdin pipe closes; it then stops every noted process still
+alive and their descendants: terminate (``SIGTERM``), then kill (``SIGKILL``; on Windows both
+are ``TerminateProcess``) after :data:`GRACE_S`. It works wherever psutil and Ray run (Linux,
+macOS, Windows). The module imports only the standard library and psutil: it runs as a script.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import select
-import signal
 import subprocess
 import sys
+import threading
 import time
-from pathlib import Path
+
+import psutil
 
 SNAPSHOT_S = 0.5
 """How often the reaper notes the driver's Ray processes."""
 
 GRACE_S = 1.0
-"""Seconds between SIGTERM and SIGKILL."""
+"""Seconds between terminate and kill."""
 
 EXIT_WAIT_S = 15.0
 """How long a driver that closes normally waits for its reaper to finish."""
 
-PROC = Path("/proc")
-
-RAY_MARK = b"ray"
-"""Bytes every Ray process's command line holds (``ray::IDLE``, ``.../ray/core/.../raylet``)."""
+RAY_MARK = "ray"
+"""Text every Ray process's command line holds (``ray::IDLE``, ``.../ray/core/.../raylet``)."""
 
 
 class Reaper:
@@ -45,14 +44,17 @@ class Reaper:
 
     def start(self) -> None:
         """Start the reaper for this process (call before ``ray.init``)."""
-        if not PROC.is_dir():
-            return
-        self._proc = subprocess.Popen(
+        detach: dict[str, object] = (
+            {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+            if sys.platform == "win32"
+            else {"start_new_session": True}  # Ctrl-C at the terminal must not stop it first
+        )
+        self._proc = subprocess.Popen(  # type: ignore[call-overload]
             [sys.executable, os.path.abspath(__file__), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C at the terminal must not stop it first
+            **detach,
         )
 
     def stop(self) -> None:
@@ -69,29 +71,26 @@ class Reaper:
         self._proc = None
 
 
-Key = tuple[int, str]
-"""A process: pid and start time (``/proc/PID/stat`` field 22), safe against pid reuse."""
+Key = tuple[int, float]
+"""A process: pid and create time (psutil's, seconds since the epoch), safe against pid reuse."""
 
 
 def _table() -> dict[Key, int]:
     """Every live (non-zombie) process -> its parent pid."""
     out: dict[Key, int] = {}
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+    for proc in psutil.process_iter(["ppid", "create_time", "status"]):
+        info = proc.info
+        if info["status"] == psutil.STATUS_ZOMBIE or info["create_time"] is None:
             continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            out[(int(entry.name), fields[19])] = int(fields[1])
+        if info["ppid"] is not None:
+            out[(proc.pid, float(info["create_time"]))] = int(info["ppid"])
     return out
 
 
 def _is_ray(pid: int) -> bool:
     try:
-        return RAY_MARK in (PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
+        return any(RAY_MARK in part for part in psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
         return False
 
 
@@ -110,15 +109,22 @@ def descendants(roots: set[int], table: dict[Key, int]) -> set[Key]:
     return found
 
 
+def _signal(pid: int, created: float, kill: bool) -> None:
+    """Terminate (or kill) the process ``(pid, created)`` if it is still that process."""
+    with contextlib.suppress(psutil.Error, OSError):
+        proc = psutil.Process(pid)
+        if proc.create_time() == created:
+            proc.kill() if kill else proc.terminate()
+
+
 def reap(noted: set[Key]) -> int:
     """Stop the noted processes still alive and everything below them; returns how many."""
     table = _table()
     alive = {k for k in noted if k in table}
     targets = alive | descendants({pid for pid, _ in alive}, table)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid, _ in targets:
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
+    for kill in (False, True):
+        for pid, created in targets:
+            _signal(pid, created, kill)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline and targets & set(_table()):
             time.sleep(0.05)
@@ -128,20 +134,37 @@ def reap(noted: set[Key]) -> int:
     return len(alive)
 
 
+def _stdin_closed() -> threading.Event:
+    """An event set once stdin reaches end of file (the driver ended): a thread, since
+    ``select`` on a pipe is POSIX only."""
+    closed = threading.Event()
+
+    def read() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while sys.stdin.buffer.read(4096):
+                pass
+        closed.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return closed
+
+
 def watch(driver: int) -> int:
     """Note the driver's Ray processes until stdin closes, then :func:`reap` them."""
     noted: set[Key] = set()
     me = os.getpid()
+    closed = _stdin_closed()
     while True:
         table = _table()
         noted |= {k for k in descendants({driver}, table) if k[0] != me and _is_ray(k[0])}
-        ready, _, _ = select.select([sys.stdin.buffer], [], [], SNAPSHOT_S)
-        if ready and not os.read(sys.stdin.fileno(), 4096):
+        if closed.wait(SNAPSHOT_S):
             return reap(noted)
 
 
 def main(argv: list[str]) -> int:
     """``python ray_reaper.py DRIVER_PID``."""
+    import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch(int(argv[0]))
     return 0
