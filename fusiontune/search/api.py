@@ -48,16 +48,11 @@ from fusiontune.search.outputs import (
     write_checkpoint,
 )
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import TrialRecord
 from fusiontune.search.results import SearchResult
 from fusiontune.search.space import SearchSpace, load_space, with_overrides
-from fusiontune.search.storage import (
-    FLUSH_INTERVAL_S,
-    StudyStore,
-    TrialRecord,
-    deferred_interrupt,
-    open_study,
-    storage_for,
-)
+from fusiontune.search.storage import open_study, storage_for
+from fusiontune.search.store import FLUSH_INTERVAL_S, StudyStore, deferred_interrupt
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph

@@ -12,8 +12,8 @@ from fusiontune.search import results as res
 from fusiontune.search.backends import EvalTask, evaluate_batch
 from fusiontune.search.loop import best_record, make_record
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import TrialRecord
 from fusiontune.search.space import ADDITIVE_OBJECTIVES
-from fusiontune.search.storage import TrialRecord
 
 if TYPE_CHECKING:
     import pandas as pd

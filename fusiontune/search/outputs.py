@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.search import results as res
 from fusiontune.search.baseline_runs import baseline_rows, hardware_label
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import TrialRecord
 from fusiontune.search.space import ADDITIVE_OBJECTIVES
-from fusiontune.search.storage import StudyStore, TrialRecord
+from fusiontune.search.store import StudyStore
 
 if TYPE_CHECKING:
     import pandas as pd
