@@ -137,7 +137,7 @@ def install_probes() -> Probes:
     for name in ("make_record", "_duplicate"):
         p.wrap(loop, name, "records")
     p.wrap(store.StudyStore, "flush", "storage")
-    p.wrap(api, "_checkpoint", "tables")
+    p.wrap(api, "write_checkpoint", "tables")
     return p
 
 
@@ -236,7 +236,7 @@ def run_main_job() -> dict[str, Any]:
     if background is not None:
         mark(background.BackendThread, "ready", "ray_wait")
     mark(api, "run_trials", "trials")
-    mark(api, "_baselines", "baselines")
+    mark(api, "run_baselines", "baselines")
     mark(api, "_finish", "finish")
     with tempfile.TemporaryDirectory() as out:
         code = cli_main.main(["search", "resnet18", "--out", out])
