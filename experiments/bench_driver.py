@@ -107,7 +107,7 @@ class Probes:
 def install_probes() -> Probes:
     import optuna
 
-    from fusiontune.search import api, backends, loop, problem, samplers, storage
+    from fusiontune.search import api, backends, loop, problem, samplers, store
 
     p = Probes()
     p.wrap(api, "run_trials", "loop")
@@ -136,8 +136,8 @@ def install_probes() -> Probes:
     p.wrap(problem.Problem, "decode_hardware", "decode")
     for name in ("make_record", "_duplicate"):
         p.wrap(loop, name, "records")
-    p.wrap(storage.StudyStore, "flush", "storage")
-    p.wrap(api, "_checkpoint", "tables")
+    p.wrap(store.StudyStore, "flush", "storage")
+    p.wrap(api, "write_checkpoint", "tables")
     return p
 
 
@@ -222,12 +222,12 @@ def run_main_job() -> dict[str, Any]:
 
     marks["imports"] = [0.0, time.perf_counter() - start]
     from fusiontune.frontend import loader
-    from fusiontune.search import api, backends, problem, storage
+    from fusiontune.search import api, backends, problem, store
 
     mark(loader, "load_model", "graph")
     mark(problem.Problem, "build", "problem")
     mark(api, "open_study", "study")
-    mark(storage.StudyStore, "flush", "flush")
+    mark(store.StudyStore, "flush", "flush")
     mark(backends.RayBackend, "start", "ray_start")
     try:
         from fusiontune.search import background
@@ -236,7 +236,7 @@ def run_main_job() -> dict[str, Any]:
     if background is not None:
         mark(background.BackendThread, "ready", "ray_wait")
     mark(api, "run_trials", "trials")
-    mark(api, "_baselines", "baselines")
+    mark(api, "run_baselines", "baselines")
     mark(api, "_finish", "finish")
     with tempfile.TemporaryDirectory() as out:
         code = cli_main.main(["search", "resnet18", "--out", out])

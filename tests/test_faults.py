@@ -32,8 +32,9 @@ from fusiontune.search.backends import (
 )
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import TrialRecord
 from fusiontune.search.results import read_parquet
-from fusiontune.search.storage import TrialRecord, open_study, storage_for
+from fusiontune.search.storage import open_study, storage_for
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fusiontune"

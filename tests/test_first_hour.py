@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 from fusiontune.cli.main import main
 from fusiontune.cli.search import Progress, objective_text
 from fusiontune.cli.simulate import _versus
-from fusiontune.search.storage import TrialRecord
+from fusiontune.search.records import TrialRecord
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fusiontune.search.api import AT_BEST_HW, BASELINES, SearchResult, search
+from fusiontune.search.api import SearchResult, search
+from fusiontune.search.baseline_runs import AT_BEST_HW, BASELINES
 from fusiontune.search.results import hardware_from_json
 from fusiontune.search.space import parse_space
 

@@ -20,7 +20,8 @@ import pytest
 
 from fusiontune.errors import StorageError
 from fusiontune.search.results import read_parquet
-from fusiontune.search.storage import StorageSpec, storage_for
+from fusiontune.search.storage import storage_for
+from fusiontune.search.store import StorageSpec
 
 REPO = Path(__file__).resolve().parents[1]
 

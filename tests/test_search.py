@@ -211,14 +211,14 @@ def test_groups_table_from_the_evaluations_equals_a_re_simulation(
     """The groups table reuses the group metrics the evaluations returned; simulating every
     distinct (plan, hardware) again gives the same table."""
     from fusiontune.search import results
-    from fusiontune.search.api import _groups_table
+    from fusiontune.search.outputs import groups_table
 
     simulated = []
     original = results.group_metrics_of
     monkeypatch.setattr(results, "group_metrics_of", lambda *a: simulated.append(a) or original(*a))
     result = search("resnet18", trials=12, sampler="random", out=tmp_path, baselines=False)
     assert len(result.groups) > 0 and not simulated  # every plan's groups came with it
-    again = _groups_table(_graph("resnet18"), result.trials, "resnet18")  # nothing known
+    again = groups_table(_graph("resnet18"), result.trials, "resnet18")  # nothing known
     pd.testing.assert_frame_equal(result.groups, again)
 
 
@@ -226,11 +226,11 @@ def test_stored_plan_and_hardware_go_through_the_validating_readers() -> None:
     """A stored plan naming an unknown op, or stored hardware with an unknown key, is refused
     with a message naming where it came from (no KeyError, no TypeError)."""
     from fusiontune.errors import ConfigError, IllegalPlanError
-    from fusiontune.search.api import _plan_of
+    from fusiontune.search.outputs import plan_of
 
     graph = _graph("resnet18")
     bad_plan = json.dumps({"groups": [{"ops": ["no_such_op"], "mode": "single"}]})
     with pytest.raises(IllegalPlanError, match=r"stored plan abc.*no_such_op"):
-        _plan_of(bad_plan, graph, None, "stored plan abc")
+        plan_of(bad_plan, graph, None, "stored plan abc")
     with pytest.raises(ConfigError, match="row 7"):
         hardware_from_json(json.dumps({"bogus_knob": 1}), "row 7")

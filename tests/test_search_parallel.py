@@ -19,8 +19,10 @@ from fusiontune.ir.graph import Graph
 from fusiontune.search.backends import Backend, EvalOutcome, EvalTask, evaluate_batch
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import RECORD_ATTR
 from fusiontune.search.space import parse_space
-from fusiontune.search.storage import RECORD_ATTR, StudyStore, open_study, storage_for
+from fusiontune.search.storage import open_study, storage_for
+from fusiontune.search.store import StudyStore
 from fusiontune.sim.hardware import load_hardware
 
 IN_FLIGHT = 4

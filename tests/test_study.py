@@ -20,13 +20,15 @@ import pandas as pd
 import pytest
 
 from fusiontune.errors import StorageError
-from fusiontune.search import storage as storage_module
+from fusiontune.search import store as store_module
 from fusiontune.search.api import search
 from fusiontune.search.backends import SerialBackend
 from fusiontune.search.loop import run_trials
 from fusiontune.search.problem import Problem
+from fusiontune.search.records import study_records
 from fusiontune.search.results import read_parquet, write_parquet
-from fusiontune.search.storage import StudyStore, open_study, storage_for, study_records
+from fusiontune.search.storage import open_study, storage_for
+from fusiontune.search.store import StudyStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,8 +120,8 @@ def test_a_killed_driver_leaves_no_stale_sqlite_lock(tmp_path: Path) -> None:
     code = (
         "import os, signal, sys; from pathlib import Path\n"
         "sys.path.insert(0, sys.argv[2])\n"
-        "from fusiontune.search.storage import _WriterLock\n"
-        "_WriterLock(Path(sys.argv[1]), 'x'); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from fusiontune.search.store import WriterLock\n"
+        "WriterLock(Path(sys.argv[1]), 'x'); os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     lock = tmp_path / "study.db.lock"
     proc = subprocess.run([sys.executable, "-c", code, str(lock), str(REPO)], timeout=60)
@@ -134,7 +136,7 @@ def test_a_killed_driver_leaves_no_stale_sqlite_lock(tmp_path: Path) -> None:
 def test_interleaved_drivers_number_trials_uniquely(tmp_path: Path, kind: str) -> None:
     """Journal: one trial per write; database: one transaction per flush (SQLite without
     the one-driver lock stands in for PostgreSQL here)."""
-    from fusiontune.search.storage import StorageSpec
+    from fusiontune.search.store import StorageSpec
 
     problem = _problem("mlp_relu")  # few plans: random trials repeat some
     if kind == "journal":
@@ -220,7 +222,7 @@ def _interrupted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
     store.flush_interval_s = 1e9  # flushed at the end of each run, then by hand
-    original = storage_module.insert_trials
+    original = store_module.insert_trials
     calls = {"n": 0}
 
     def commit_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
@@ -230,7 +232,7 @@ def _interrupted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             os.kill(os.getpid(), signal.SIGINT)
         return numbers
 
-    monkeypatch.setattr(storage_module, "insert_trials", commit_then_ctrl_c)
+    monkeypatch.setattr(store_module, "insert_trials", commit_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         _run(store, problem, 6)  # the final flush is interrupted
     with pytest.raises(KeyboardInterrupt):
@@ -251,7 +253,7 @@ def test_a_failed_write_is_not_stored_twice(
     problem = _problem()
     store = _open(storage_for(None, tmp_path), problem, resume=False)
     store.flush_interval_s = 1e9
-    original = storage_module.insert_trials
+    original = store_module.insert_trials
     calls = {"n": 0}
 
     def commit_then_fail(*args: Any, **kwargs: Any) -> Any:
@@ -261,11 +263,11 @@ def test_a_failed_write_is_not_stored_twice(
             raise ConnectionError("server closed the connection unexpectedly")
         return numbers
 
-    monkeypatch.setattr(storage_module, "insert_trials", commit_then_fail)
+    monkeypatch.setattr(store_module, "insert_trials", commit_then_fail)
     _run(store, problem, 3)
     with pytest.raises(StorageError, match="server closed the connection"):
         _run(store, problem, 3)
-    monkeypatch.setattr(storage_module, "insert_trials", original)
+    monkeypatch.setattr(store_module, "insert_trials", original)
     store.flush()
     table = _stored(store)
     assert len(table) == 6 and table["uid"].is_unique and table["trial"].is_unique

@@ -21,10 +21,10 @@ from fusiontune.cli._common import (
 from fusiontune.errors import InputSizeError
 from fusiontune.search.api import MAX_SEED
 from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S, MAX_WORKERS_PER_CORE, max_workers
-from fusiontune.search.storage import FLUSH_INTERVAL_S
+from fusiontune.search.store import FLUSH_INTERVAL_S
 
 if TYPE_CHECKING:
-    from fusiontune.search.storage import TrialRecord
+    from fusiontune.search.records import TrialRecord
 
 EXIT_INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as cli/main.py."""

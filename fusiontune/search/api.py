@@ -13,6 +13,10 @@ Stages, in order:
 5. build the ``trials`` and ``groups`` tables, optionally verify the best plan by execution;
 6. write ``trials.parquet``, ``groups.parquet``, ``best_plan.json``, ``best_hardware.yaml``
    (the best trial's hardware, loadable with ``--hardware``), ``summary.json``.
+
+This module is the orchestration; the baseline rows (stage 4) live in
+:mod:`fusiontune.search.baseline_runs`, the tables and files (stages 5-6) in
+:mod:`fusiontune.search.outputs`.
 """
 
 from __future__ import annotations
@@ -27,42 +31,31 @@ from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import ConfigError, StorageError
 from fusiontune.search import results as res
-from fusiontune.search.backends import (
-    DEFAULT_EVAL_TIMEOUT_S,
-    EvalTask,
-    check_workers,
-    evaluate_batch,
-    make_backend,
-)
+from fusiontune.search.backends import DEFAULT_EVAL_TIMEOUT_S, check_workers, make_backend
 from fusiontune.search.background import BackendThread
-from fusiontune.search.loop import best_record, make_record, run_trials
-from fusiontune.search.problem import Problem
-from fusiontune.search.results import SearchResult
-from fusiontune.search.space import ADDITIVE_OBJECTIVES, SearchSpace, load_space, with_overrides
-from fusiontune.search.storage import (
-    FLUSH_INTERVAL_S,
-    StudyStore,
-    TrialRecord,
-    deferred_interrupt,
-    open_study,
-    storage_for,
+from fusiontune.search.baseline_runs import (
+    baselines_at_best,
+    run_baselines,
 )
+from fusiontune.search.loop import best_record, run_trials
+from fusiontune.search.outputs import (
+    best_hardware_yaml,
+    build_summary,
+    groups_table,
+    pareto_front,
+    plan_of,
+    verify_plan,
+    write_checkpoint,
+)
+from fusiontune.search.problem import Problem
+from fusiontune.search.records import TrialRecord
+from fusiontune.search.results import SearchResult
+from fusiontune.search.space import SearchSpace, load_space, with_overrides
+from fusiontune.search.storage import open_study, storage_for
+from fusiontune.search.store import FLUSH_INTERVAL_S, StudyStore, deferred_interrupt
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from fusiontune.ir.graph import Graph
-    from fusiontune.planner.plan import Plan, PlannerConfig
-    from fusiontune.sim.hardware import HardwareConfig
-
-EXHAUSTIVE_MAX_PLANS = 2000
-"""Largest ``count_plans`` for which the exhaustive baseline enumerates every plan."""
-
-BASELINES = ("unfused", "tvm_like", "greedy", "exhaustive", "oracle")
-
-AT_BEST_HW = "@best_hw"
-"""Suffix of the ``source`` of a baseline row computed at the best trial's hardware (co-design:
-``oracle@best_hw``); rows without it used the base hardware (column ``hw_role``)."""
 
 
 class SearchInterrupted(KeyboardInterrupt):
@@ -199,7 +192,7 @@ def search(
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
     rows: dict[tuple[int, str], dict[str, Any]] = {}  # table rows of stored trials
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}  # the evaluations' group metrics
-    store.on_flush = lambda: _checkpoint(store, ctx, out_dir, rows)
+    store.on_flush = lambda: write_checkpoint(store, ctx, out_dir, rows)
     try:
         remaining = max(0, spc.trials - len(store.records()))
         if on_start is not None:
@@ -217,7 +210,8 @@ def search(
     except KeyboardInterrupt:
         with deferred_interrupt(reraise=False):  # a second Ctrl-C must not cut the save short
             store.flush(final=True)
-            _checkpoint(store, ctx, out_dir)  # the last flush may have been the interrupted one
+            # the last flush may have been the interrupted one
+            write_checkpoint(store, ctx, out_dir)
         raise SearchInterrupted(out_dir, len(store.stored_records())) from None
     finally:
         store.close()
@@ -309,19 +303,6 @@ def _check_writable(out_dir: Path) -> None:
         ) from exc
 
 
-def _checkpoint(
-    store: StudyStore,
-    ctx: res.RowContext,
-    out_dir: Path,
-    rows: dict[tuple[int, str], dict[str, Any]] | None = None,
-) -> None:
-    """Rewrite ``trials.parquet`` with the finished search trials (atomic replace): a run
-    killed at any moment leaves a readable table of the work stored so far. ``rows``: the
-    rows built by earlier checkpoints (each stored trial's row is built once)."""
-    frame = res.trials_frame(store.stored_records(), ctx, row_cache=rows)
-    res.write_parquet(frame, out_dir / res.TRIALS_FILE)
-
-
 def _finish(
     problem: Problem,
     store: StudyStore,
@@ -351,27 +332,27 @@ def _finish(
     best_hw = res.hardware_from_json(best.hw_json)
     at_best: dict[str, Any] | None = None
     if baselines:
-        base_records, oracle_info = _baselines(problem, problem.base_hw)
+        base_records, oracle_info = run_baselines(problem, problem.base_hw)
         frames += [
             res.trials_frame([r], ctx, source=k, hw_role="base") for k, r in base_records.items()
         ]
         if problem.space.knobs:
-            at_best, best_frames = _baselines_at_best(problem, best, best_hw, ctx)
+            at_best, best_frames = baselines_at_best(problem, best, best_hw, ctx)
             frames += best_frames
     import pandas as pd
 
     trials_df = pd.concat(frames, ignore_index=True)
-    best_plan = _plan_of(best.plan_json, graph, problem.config, f"trial {best.trial}'s plan")
+    best_plan = plan_of(best.plan_json, graph, problem.config, f"trial {best.trial}'s plan")
     if verify_best:
-        err, passed = _verify(graph, best_plan, res.hardware_from_json(best.hw_json))
+        err, passed = verify_plan(graph, best_plan, res.hardware_from_json(best.hw_json))
         mask = (trials_df["plan_hash"] == best.plan_hash) & (trials_df["hw_hash"] == best.hw_hash)
         trials_df.loc[mask, "verify_error"] = err
         trials_df.loc[mask, "verify_passed"] = passed
         summary_extra = {"verify_best": {"max_rel_err": err, "passed": passed}}
     else:
         summary_extra = {}
-    groups_df = _groups_table(graph, trials_df, name, groups, problem.config)
-    summary = _summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
+    groups_df = groups_table(graph, trials_df, name, groups, problem.config)
+    summary = build_summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
     if at_best is not None:
         summary["at_best_hardware"] = at_best
     summary.update(summary_extra)
@@ -394,66 +375,11 @@ def _finish(
     oracle = base_records.get("oracle")
     if oracle is not None and oracle.plan_json:
         optimal = (
-            _plan_of(oracle.plan_json, graph, problem.config, "oracle plan").to_json(indent=2)
-            + "\n"
+            plan_of(oracle.plan_json, graph, problem.config, "oracle plan").to_json(indent=2) + "\n"
         )
         res.write_text(optimal, out_dir / res.OPTIMAL_PLAN_FILE)
     res.write_text(json.dumps(summary, indent=2, default=str) + "\n", out_dir / res.SUMMARY_FILE)
     return SearchResult(best_plan, trials_df, groups_df, summary, out_dir)
-
-
-def best_hardware_yaml(hw: Any, problem: Problem, best: TrialRecord) -> str:
-    """``best_hardware.yaml``: every field of the best trial's hardware, loadable with
-    ``--hardware`` (:func:`~fusiontune.sim.hardware.load_hardware`; same hash)."""
-    from fusiontune.fileio import dump_yaml
-
-    data = hw.to_dict()
-    knobs = {k.name: data[k.name] for k in problem.space.knobs}
-    if knobs:  # not the base preset any more (the name is not part of the hash)
-        data["name"] = f"{hw.name}_best"
-    head = [
-        f"# best hardware of study trial {best.trial} ({problem.graph.name}, "
-        f"objective {problem.space.objective}); hw_hash {hw.hash}",
-        f"# base: {problem.base_hw.name} ({problem.base_hw.hash}); searched knobs: "
-        + (", ".join(f"{k}={v}" for k, v in knobs.items()) or "none"),
-        "# load with: fusiontune search MODEL --hardware best_hardware.yaml, "
-        "fusiontune simulate MODEL --hardware best_hardware.yaml --plan best_plan.json",
-    ]
-    return "\n".join(head) + "\n" + dump_yaml(data)
-
-
-def pareto_front(records: Sequence[TrialRecord], problem: Problem) -> list[dict[str, Any]]:
-    """The non-dominated feasible trials of a ``multi`` study (one per distinct design and
-    plan), each with its values, hardware knobs and its plan's certificate."""
-    from fusiontune.search.report import pareto_mask
-
-    done = [
-        r
-        for r in records
-        if r.state == "COMPLETE"
-        and r.duplicate_of < 0
-        and r.feasible
-        and all(v <= 0 for v in r.constraints.values())
-    ]
-    if not done:
-        return []
-    keep = pareto_mask([list(r.values) for r in done])
-    names = problem.objective_metrics
-    out = []
-    for r, kept in zip(done, keep):
-        if not kept:
-            continue
-        knobs = json.loads(r.hw_json) if r.hw_json else {}
-        out.append(
-            {
-                "trial": r.trial,
-                **dict(zip(names, r.values)),
-                "hardware": {k.name: knobs.get(k.name) for k in problem.space.knobs},
-                "plan_hash": r.plan_hash,
-                "plan_proven": r.solver.get("proven"),
-            }
-        )
-    return sorted(out, key=lambda p: [p[n] for n in names])
 
 
 def _load_graph(
@@ -468,254 +394,11 @@ def _load_graph(
     return load_model(str(graph_or_name), input_shapes, input_size=input_size)
 
 
-def _plan_of(
-    plan_json: str, graph: Graph, config: PlannerConfig | None, source: str = "stored plan"
-) -> Plan:
-    """A stored plan, through the one validating plan parser (``Plan.from_json``)."""
-    from fusiontune.planner.plan import Plan
-
-    return Plan.from_json(plan_json, graph, source, config)
-
-
-def _evaluate(problem: Problem, plan: Plan, hw: HardwareConfig) -> TrialRecord:
-    """A row for ``plan`` at ``hw``; an evaluation that raises is a failed row."""
-    outcome = evaluate_batch(problem.graph, [EvalTask(-1, plan, hw)])[0]
-    return make_record(problem, -1, plan, hw, outcome)
-
-
-def _baseline(
-    problem: Problem, hw: HardwareConfig, name: str, make_plan: Callable[[], Plan]
-) -> TrialRecord:
-    """A baseline row; a baseline whose plan cannot be built is recorded as failed (the
-    search's own results stand without it)."""
-    try:
-        plan = make_plan()
-    except Exception as exc:
-        return TrialRecord(-1, "FAIL", error=f"{name} plan: {type(exc).__name__}: {exc}")
-    return _evaluate(problem, plan, hw)
-
-
-def _baselines(
-    problem: Problem, hw: HardwareConfig
-) -> tuple[dict[str, TrialRecord], dict[str, Any]]:
-    """Unfused, TVM-like, greedy, exhaustive best (small graphs) and the exact oracle, at
-    ``hw`` (the base hardware, or the best trial's). A baseline that fails is recorded as
-    failed; the others go on."""
-    from fusiontune.planner.baselines import tvm_like_plan, unfused_plan
-    from fusiontune.planner.counting import count_within
-    from fusiontune.planner.enumerate import enumerate_plans
-    from fusiontune.search.optimize import optimal_plan
-    from fusiontune.sim.bounds import capacity_bound
-    from fusiontune.sim.cost import lower_bound
-    from fusiontune.sim.greedy import greedy_plan
-
-    graph, cfg = problem.graph, problem.config
-    out = {
-        "unfused": _baseline(problem, hw, "unfused", lambda: unfused_plan(graph)),
-        "tvm_like": _baseline(problem, hw, "tvm_like", lambda: tvm_like_plan(graph, cfg)),
-        "greedy": _baseline(problem, hw, "greedy", lambda: greedy_plan(graph, cfg, hw)),
-    }
-    info: dict[str, Any] = {}
-    try:
-        counted = count_within(graph, cfg)  # bounded: a wide graph gets a lower bound
-        info["count_plans"] = int(counted.value)
-        info["count_plans_exact"] = counted.exact
-        if counted.exact and counted.value <= EXHAUSTIVE_MAX_PLANS:
-            candidates = [_evaluate(problem, p, hw) for p in enumerate_plans(graph, config=cfg)]
-            best = best_record(candidates, problem)
-            if best is not None:
-                out["exhaustive"] = best
-    except Exception as exc:
-        info["exhaustive_error"] = f"{type(exc).__name__}: {exc}"
-    objective = problem.space.objective
-    oracle_objective = objective if objective in ADDITIVE_OBJECTIVES else "traffic"
-    if problem.bilevel:
-        oracle_objective = problem.plan_objective
-    try:
-        oracle = optimal_plan(graph, hw, oracle_objective, config=cfg)
-        info["lower_bounds"] = {
-            "compulsory_bytes": lower_bound(graph, hw),
-            "capacity_bytes": capacity_bound(graph, hw),
-        }
-    except Exception as exc:
-        out["oracle"] = TrialRecord(-1, "FAIL", error=f"oracle: {type(exc).__name__}: {exc}")
-        return out, info
-    info.update(
-        oracle_objective=oracle_objective,
-        oracle_status=oracle.status,
-        oracle_proven=oracle.proven,
-        oracle_gap=oracle.gap,
-        oracle_lower_bound=oracle.lower_bound,
-        oracle_s=oracle.solve_s,
-        oracle_ideals=oracle.n_ideals,
-        oracle_groups=oracle.n_groups,
-    )
-    if oracle.plan is not None:
-        out["oracle"] = _evaluate(problem, oracle.plan, hw)
-        info["optimum"] = oracle.value
-    return out, info
-
-
-def _baselines_at_best(
-    problem: Problem, best: TrialRecord, best_hw: HardwareConfig, ctx: res.RowContext
-) -> tuple[dict[str, Any], list[pd.DataFrame]]:
-    """The baselines again at the best trial's hardware (a co-design run): the summary block
-    ``at_best_hardware`` and the rows (source ``<name>@best_hw``, ``hw_role`` ``best``).
-
-    The block holds the hardware's label, the rows, the oracle's certificate and
-    ``best_over_optimum``: the best trial's value of the oracle's objective over the optimum
-    at the same hardware (1.0 for a bilevel trial, whose plan is that optimum). When the best
-    trial kept the base hardware, the base rows stand (``same_as_base``).
-    """
-    from fusiontune.search.optimize import OBJECTIVE_METRIC
-
-    label = _hardware_label(best_hw, problem, "best")
-    if best.hw_hash == problem.base_hw.hash:
-        return {"hardware": label, "same_as_base": True}, []
-    records, info = _baselines(problem, best_hw)
-    frames = [
-        res.trials_frame([r], ctx, source=name + AT_BEST_HW, hw_role="best")
-        for name, r in records.items()
-    ]
-    block: dict[str, Any] = {"hardware": label, "baselines": _baseline_rows(records, label)}
-    block.update(info)
-    oracle = records.get("oracle")
-    metric = OBJECTIVE_METRIC.get(str(info.get("oracle_objective")))
-    if oracle is not None and oracle.state == "COMPLETE" and metric is not None:
-        optimum = float(oracle.metrics[metric])
-        block["best_over_optimum"] = float(best.metrics[metric]) / optimum if optimum else 1.0
-    return block, frames
-
-
-def _hardware_label(hw: HardwareConfig, problem: Problem, role: str) -> dict[str, Any]:
-    """Which hardware a baseline row used: ``role`` (``base`` or ``best``), name, hash and the
-    searched knobs' values."""
-    data = hw.to_dict()
-    return {
-        "role": role,
-        "name": hw.name,
-        "hw_hash": hw.hash,
-        "knobs": {k.name: data[k.name] for k in problem.space.knobs},
-    }
-
-
-def _baseline_rows(records: Mapping[str, TrialRecord], hardware: dict[str, Any]) -> dict[str, Any]:
-    """Baseline rows for summary.json: metrics, values, error, and the hardware they used."""
-    metrics = ("traffic_bytes", "energy_pj", "cycles")
-    return {
-        name: {m: r.metrics.get(m) for m in metrics}
-        | {"values": list(r.values), "hardware": hardware}
-        | ({"error": r.error} if r.state != "COMPLETE" else {})
-        for name, r in records.items()
-    }
-
-
-def _verify(graph: Graph, plan: Plan, hw: Any) -> tuple[float, bool]:
-    """Execute the plan with the fused kernels: (max relative output error, passed), where
-    passed means outputs within tolerance and counted traffic equal to the analytic one."""
-    from fusiontune.sim.verify import verify
-
-    report = verify(graph, plan, hw)
-    return float(report.max_rel_err), bool(report.passed)
-
-
-def _groups_table(
-    graph: Graph,
-    trials_df: pd.DataFrame,
-    study: str,
-    known: Mapping[tuple[str, str], list[dict[str, Any]]] | None = None,
-    config: PlannerConfig | None = None,
-) -> pd.DataFrame:
-    """Groups of every distinct completed (plan, hardware) in the trials table; ``known``:
-    group metrics already evaluated this run, by (plan hash, hardware hash) (the others,
-    from earlier runs or other drivers, are simulated again)."""
-    known = known or {}
-    done = trials_df[trials_df["state"] == "COMPLETE"].drop_duplicates(["plan_hash", "hw_hash"])
-    hw_cache: dict[str, Any] = {}
-    items = []
-    for row in done.itertuples(index=False):
-        if row.hw_hash not in hw_cache:
-            hw_cache[row.hw_hash] = res.hardware_from_json(row.hw_json)
-        plan = _plan_of(row.plan_json, graph, config, f"stored plan {row.plan_hash}")
-        metrics = known.get((row.plan_hash, row.hw_hash))
-        if metrics is None or len(metrics) != len(plan.groups):
-            metrics = res.group_metrics_of(graph, plan, hw_cache[row.hw_hash])
-        items.append((row.plan_hash, row.hw_hash, plan, metrics))
-    return res.groups_frame(items, graph, study)
-
-
-def _hardware_summary(record: TrialRecord, problem: Problem) -> dict[str, Any]:
-    """The hardware of a trial for people: name, hash, area and the searched knobs' values."""
-    data = json.loads(record.hw_json) if record.hw_json else {}
-    return {
-        "name": data.get("name"),
-        "hw_hash": record.hw_hash,
-        "area_mm2": record.metrics.get("area_mm2"),
-        "knobs": {k.name: data.get(k.name) for k in problem.space.knobs},
-    }
-
-
-def _summary(
-    problem: Problem,
-    ctx: res.RowContext,
-    best: TrialRecord,
-    base: dict[str, TrialRecord],
-    oracle_info: dict[str, Any],
-    out_dir: Path,
-    n_trials: int,
-) -> dict[str, Any]:
-    """Headline numbers written to summary.json and printed by the CLI."""
-    metric = "traffic_bytes"
-    summary: dict[str, Any] = {
-        "study": ctx.study,
-        "model": ctx.model,
-        "graph_hash": ctx.graph_hash,
-        "objective": ctx.objective,
-        "sampler": problem.space.sampler,
-        "n_trials": n_trials,
-        "n_edges": len(problem.edges),
-        "n_merge_choices": len(problem.merge_keys),
-        "knobs": [k.name for k in problem.space.knobs],
-        "search": "bilevel" if problem.bilevel else "plan",
-        "objective_metrics": list(problem.objective_metrics),
-        "hardware_base": {"name": problem.base_hw.name, "hw_hash": problem.base_hw.hash},
-        "best": {
-            "trial": best.trial,
-            "plan_hash": best.plan_hash,
-            "values": list(best.values),
-            "feasible": best.feasible,
-            **{
-                k: best.metrics.get(k)
-                for k in (metric, "energy_pj", "cycles", "area_mm2", "lower_bound_bytes")
-            },
-            "hardware": _hardware_summary(best, problem),
-            **({"plan_certificate": best.solver} if best.solver else {}),
-        },
-        "baselines": _baseline_rows(base, _hardware_label(problem.base_hw, problem, "base")),
-        "fusiontune_version": ctx.version,
-        "files": {
-            "trials": str(out_dir / res.TRIALS_FILE),
-            "groups": str(out_dir / res.GROUPS_FILE),
-            "best_plan": str(out_dir / res.BEST_PLAN_FILE),
-        },
-    }
-    summary.update(oracle_info)
-    unfused = base.get("unfused")
-    if unfused is not None and unfused.metrics.get(metric):
-        saved = 1.0 - float(best.metrics[metric]) / float(unfused.metrics[metric])
-        summary["traffic_saved_vs_unfused"] = saved
-    oracle = base.get("oracle")
-    oracle = oracle if oracle is not None and oracle.state == "COMPLETE" else None
-    same_hw = not problem.space.knobs or best.hw_hash == problem.base_hw.hash
-    if oracle is not None and same_hw and problem.space.objective in ADDITIVE_OBJECTIVES:
-        optimum = oracle.values[0]
-        summary["best_over_optimum"] = best.values[0] / optimum if optimum else 1.0
-    elif oracle is not None and same_hw:
-        optimum = float(oracle.metrics[metric])
-        summary["best_traffic_over_optimum"] = (
-            float(best.metrics[metric]) / optimum if optimum else 1.0
-        )
-    return summary
-
-
-__all__ = ["SearchResult", "search"]
+__all__ = [
+    "MAX_SEED",
+    "SearchInterrupted",
+    "SearchResult",
+    "check_study_name",
+    "default_study_name",
+    "search",
+]

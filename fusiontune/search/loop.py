@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.errors import ConfigError
 from fusiontune.search.backends import Backend, EvalOutcome, EvalTask
 from fusiontune.search.problem import hw_json
-from fusiontune.search.storage import RECORD_ATTR, StudyStore, TrialRecord
+from fusiontune.search.records import RECORD_ATTR, TrialRecord
+from fusiontune.search.store import StudyStore
 
 SOLVED = "solved"
 """Cache key part standing for "the exact plan of this hardware" (bilevel trials)."""

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
-    from fusiontune.search.storage import TrialRecord
+    from fusiontune.search.records import TrialRecord
     from fusiontune.sim.hardware import HardwareConfig
 
 TRIALS_FILE = "trials.parquet"
@@ -239,7 +239,7 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            from fusiontune.search.storage import is_disk_full
+            from fusiontune.search.store import is_disk_full
 
             reason = "disk full" if is_disk_full(exc) else (exc.strerror or str(exc))
             raise StorageError(
