@@ -5,7 +5,6 @@ checkpoint, ``summary.json``'s headline numbers, ``best_hardware.yaml``, the Par
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,7 +77,7 @@ def pareto_front(records: Sequence[TrialRecord], problem: Problem) -> list[dict[
     for r, kept in zip(done, keep):
         if not kept:
             continue
-        knobs = json.loads(r.hw_json) if r.hw_json else {}
+        knobs = res.hardware_from_json(r.hw_json).to_dict() if r.hw_json else {}
         out.append(
             {
                 "trial": r.trial,
@@ -136,7 +135,7 @@ def groups_table(
 
 def _hardware_summary(record: TrialRecord, problem: Problem) -> dict[str, Any]:
     """The hardware of a trial for people: name, hash, area and the searched knobs' values."""
-    data = json.loads(record.hw_json) if record.hw_json else {}
+    data = res.hardware_from_json(record.hw_json).to_dict() if record.hw_json else {}
     return {
         "name": data.get("name"),
         "hw_hash": record.hw_hash,
