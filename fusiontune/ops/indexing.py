@@ -99,13 +99,7 @@ def _scatter_elements(op: Op, inputs: Inputs) -> list[Array]:
     idx = _in_range(op, idx, np.int64(data.shape[axis]), f"axis {axis}")
     grid = list(np.ogrid[tuple(slice(d) for d in idx.shape)])
     grid[axis] = idx
-    where = tuple(grid)
-    out = np.array(data, copy=True)
-    if reduce is None:
-        out[where] = updates
-    else:
-        reduce.at(out, where, updates)
-    return [out]
+    return [_scatter(data, tuple(grid), updates, reduce)]
 
 
 def _scatter_elements_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
@@ -125,7 +119,19 @@ def _scatter_elements_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -
     return [tuple(data)]
 
 
-# ---- ScatterND ------------------------------------------------------------------------------
+# ---- ScatterND (and what both scatters share) ----------------------------------------------
+def _scatter(
+    data: Array, where: tuple[Array, ...], values: Array, reduce: np.ufunc | None
+) -> Array:
+    """A copy of ``data`` with ``values`` written (or reduced, duplicates included) at ``where``."""
+    out = np.array(data, copy=True)
+    if reduce is None:
+        out[where] = values
+    else:
+        reduce.at(out, where, values)
+    return out
+
+
 def _reduction(op: Op) -> np.ufunc | None:
     name = attr_s(op, "reduction")
     if name not in SCATTER_REDUCTIONS:
@@ -146,14 +152,7 @@ def _scatter_nd(op: Op, inputs: Inputs) -> list[Array]:
     k = idx.shape[-1]
     dims = np.asarray(data.shape[:k], dtype=np.int64)
     tuples = _in_range(op, idx.reshape(-1, k), dims, "the data's leading axes").T
-    where = tuple(tuples)
-    values = updates.reshape((-1, *data.shape[k:]))
-    out = np.array(data, copy=True)
-    if reduce is None:
-        out[where] = values
-    else:
-        reduce.at(out, where, values)
-    return [out]
+    return [_scatter(data, tuple(tuples), updates.reshape((-1, *data.shape[k:])), reduce)]
 
 
 def _scatter_nd_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
