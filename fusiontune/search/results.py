@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import StorageError
@@ -137,12 +139,15 @@ def _n_groups(plan_json: str, source: str = "stored plan") -> int:
     return len(data["groups"])
 
 
-def _knobs(hw_json: str) -> dict[str, Any]:
-    """The scalar fields of a stored hardware, read by the one hardware reader."""
+@lru_cache(maxsize=64)
+def _knobs(hw_json: str) -> Mapping[str, Any]:
+    """The scalar fields of a stored hardware, read by the one hardware reader (once per
+    distinct hardware: a study's rows share a few)."""
     if not hw_json:
-        return {}
+        return MappingProxyType({})
     data = hardware_from_json(hw_json).to_dict()
-    return {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
+    scalars = {k: v for k, v in data.items() if isinstance(v, (int, float, str, bool))}
+    return MappingProxyType(scalars)
 
 
 def groups_frame(
