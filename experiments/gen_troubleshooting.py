@@ -89,8 +89,8 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   (default 5): finished trials go to the study storage (one transaction per checkpoint: all of
   its trials or none) and `trials.parquet` periodically, each file replaced atomically. Rerun
   with `--resume`. The local Ray it started (workers, raylet, agents) is stopped within seconds
-  by a small reaper process (it reads the process table through psutil: Linux, macOS and
-  Windows alike).
+  by a small reaper process (it reads the process table through psutil, so it is written for
+  Linux, macOS and Windows; tested on Linux only).
 - **Reading `trials.parquet` during a search**: read it through one open file
   (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
   `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.

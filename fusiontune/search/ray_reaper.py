@@ -8,8 +8,9 @@ group on Windows) that notes, every :data:`SNAPSHOT_S`, the Ray processes descen
 driver (by ``psutil``: parent pid, create time, a command line naming ray). When the driver
 ends, however it ends, the reaper's stdin pipe closes; it then stops every noted process still
 alive and their descendants: terminate (``SIGTERM``), then kill (``SIGKILL``; on Windows both
-are ``TerminateProcess``) after :data:`GRACE_S`. It works wherever psutil and Ray run (Linux,
-macOS, Windows). The module imports only the standard library and psutil: it runs as a script.
+are ``TerminateProcess``) after :data:`GRACE_S`. It is written for wherever psutil and Ray run
+(Linux, macOS, Windows; tested on Linux only). The module imports only the standard library and
+psutil: it runs as a script.
 """
 
 from __future__ import annotations
