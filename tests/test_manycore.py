@@ -285,3 +285,31 @@ def test_exact_replication_respects_copy_caps() -> None:
         )
         assert rep.bottleneck_cycles == pytest.approx(best, rel=1e-12)
         assert all(1 <= r <= u for r, u in zip(rep.copies, caps)) and rep.feasible
+
+
+def test_spread_placement_fits_resnet18_on_isaac_168() -> None:
+    """``spread`` starts each stage on a fresh core: the one-group greedy plan that overflows
+    core 0 under ``dense`` packing has no core above 64 KB (and the same crossbars)."""
+    graph, hw = build_zoo("resnet18"), load_hardware("isaac_168")
+    greedy = greedy_plan(graph, PlannerConfig(), hw)
+    dense = place_plan(graph, greedy, hw)
+    spread = place_plan(graph, greedy, hw, policy="spread")
+    assert dense.violations and not spread.violations
+    assert max(spread.core_peak_buffer_bytes) <= hw.core_buffer_bytes
+    assert sum(spread.core_crossbars_used) == sum(dense.core_crossbars_used)
+    assert max(spread.core_crossbars_used) <= hw.core_crossbars
+    (pg,) = spread.groups
+    for st in pg.stages:  # every stage starts on a core boundary
+        assert st.first_crossbar % hw.core_crossbars == 0
+        assert st.home == st.first_crossbar // hw.core_crossbars
+    # every byte the group model holds is charged to some core (a tensor read on two cores
+    # is held by both)
+    assert sum(pg.core_buffer_bytes.values()) >= simulate(graph, greedy, hw).buffer_needed_bytes
+
+
+def test_spread_on_one_core_is_dense_and_bad_policy_names_it() -> None:
+    graph, hw = _chain(), HardwareConfig()
+    plan = greedy_plan(graph, PlannerConfig(), hw)
+    assert place_plan(graph, plan, hw, policy="spread") == place_plan(graph, plan, hw)
+    with pytest.raises(ConfigError, match="policy 'tight' is not one of dense, spread"):
+        place_plan(graph, plan, hw, policy="tight")

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fusiontune.errors import ConfigError
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import WeightMatrix, group_needs, line_buffers
@@ -202,6 +203,23 @@ def _place_stage(
     return StagePlacement(m.ops, copies, tile - start, start, tuple(used), home)
 
 
+POLICIES = ("dense", "spread")
+"""Packing policies (``docs/cores.md``, placement step 2): ``dense`` fills the crossbars of
+consecutive cores; ``spread`` starts every LINEAR stage on a fresh core, so line buffers of
+different stages never share a core's buffer."""
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"placement: policy {policy!r} is not one of {', '.join(POLICIES)}")
+
+
+def core_aligned(crossbar: int, hw: HardwareConfig) -> int:
+    """The first crossbar of the first core at or after ``crossbar`` (``spread`` packing)."""
+    per_core = hw.core_crossbars
+    return -(-crossbar // per_core) * per_core
+
+
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose placed groups stay cached
 _CACHE: OrderedDict[tuple[str, str], dict[Any, PlacedGroup]] = OrderedDict()
 
@@ -217,6 +235,7 @@ def place_group(
     hw: HardwareConfig,
     start: int = 0,
     replication: Mapping[str, int] | None = None,
+    policy: str = "dense",
 ) -> PlacedGroup:
     """Place one group from crossbar ``start`` (see the module docstring); cached by graph
     structure, hardware, group, ``start`` and the copies of the group's ops.
@@ -227,7 +246,10 @@ def place_group(
         hw: the chip.
         start: the first free crossbar (packing order).
         replication: copies per LINEAR op name (default 1); a merged chain takes its first op's.
+        policy: ``dense`` (tiles fill on from ``start``) or ``spread`` (each stage starts on a
+            fresh core, :data:`POLICIES`).
     """
+    _check_policy(policy)
     pair = (graph.structural_hash, hw.hash)
     table = _CACHE.get(pair)
     if table is None:
@@ -236,21 +258,28 @@ def place_group(
             _CACHE.popitem(last=False)
     reps = replication or {}
     copies = tuple((n, reps[n]) for n in group.ops if reps.get(n, 1) != 1) if reps else ()
-    key = (group.ops, group.mode.value, start, copies)
+    key = (group.ops, group.mode.value, start, copies, policy)
     hit = table.get(key)
     if hit is None:
-        hit = table[key] = _place_group(graph, group, hw, start, reps)
+        hit = table[key] = _place_group(graph, group, hw, start, reps, policy == "spread")
     return hit
 
 
 def _place_group(
-    graph: Graph, group: Group, hw: HardwareConfig, start: int, reps: Mapping[str, int]
+    graph: Graph,
+    group: Group,
+    hw: HardwareConfig,
+    start: int,
+    reps: Mapping[str, int],
+    spread: bool = False,
 ) -> PlacedGroup:
     flow = _Flow(hw)
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
     cursor = start
     for m in group_needs(graph, group).matrices:
+        if spread:
+            cursor = core_aligned(cursor, hw)
         stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow)
         cursor += stage.crossbars
         stages.append(stage)
@@ -339,11 +368,19 @@ def _name(group: Group) -> str:
     return f"[{ops[0]}]" if len(ops) == 1 else f"[{ops[0]} .. {ops[-1]}] ({len(ops)} ops)"
 
 
+def _fill(used: list[int], first: int, n: int, hw: HardwareConfig) -> None:
+    """Add crossbars ``first .. first + n - 1`` (wrapping over the chip) to ``used`` per core."""
+    per_core = hw.core_crossbars
+    for xb in range(first, first + n):
+        used[(xb // per_core) % hw.cores] += 1
+
+
 def place_plan(
     graph: Graph,
     plan: Plan,
     hw: HardwareConfig,
     replication: Mapping[str, int] | None = None,
+    policy: str = "dense",
 ) -> PlacedPlan:
     """Place every group of ``plan`` on ``hw`` (``docs/cores.md``).
 
@@ -356,7 +393,9 @@ def place_plan(
         plan: the plan (not checked for legality).
         hw: the chip (any core count; one core gives no network bytes).
         replication: copies per LINEAR op name (default 1 each).
+        policy: ``dense`` or ``spread`` packing (:data:`POLICIES`).
     """
+    _check_policy(policy)
     from fusiontune.sim.execute import group_order
 
     peaks = [0] * hw.cores
@@ -367,12 +406,12 @@ def place_plan(
     for gi in group_order(graph, plan):
         group = plan.groups[gi]
         start = cursor if hw.weights_resident else 0
-        pg = place_group(graph, group, hw, start, replication)
+        pg = place_group(graph, group, hw, start, replication, policy)
         placed.append(pg)
         violations.extend(pg.violations)
         for core, b in pg.core_buffer_bytes.items():
             peaks[core] = max(peaks[core], b)
-        end = start + sum(s.crossbars for s in pg.stages)
+        end = pg.stages[-1].first_crossbar + pg.stages[-1].crossbars if pg.stages else start
         cursor = end if hw.weights_resident else max(cursor, end)
     total = cursor
     if total > hw.n_crossbars:
@@ -381,8 +420,18 @@ def place_plan(
             f"plan: {what} need {total} crossbars, the chip has {hw.n_crossbars} "
             f"({hw.cores} cores x {hw.core_crossbars})"
         )
-    for core in range(hw.cores):
-        used[core] = max(0, min(hw.core_crossbars, total - core * hw.core_crossbars))
+    if policy == "dense":
+        for core in range(hw.cores):
+            used[core] = max(0, min(hw.core_crossbars, total - core * hw.core_crossbars))
+    else:  # spread leaves the tail of a stage's last core free: count the stages' tiles
+        for pg in placed:
+            mine = [0] * hw.cores
+            for st in pg.stages:
+                _fill(mine, st.first_crossbar, st.crossbars, hw)
+            for core in range(hw.cores):
+                used[core] = (
+                    used[core] + mine[core] if hw.weights_resident else max(used[core], mine[core])
+                )
     noc_bytes = sum(g.noc_bytes for g in placed)
     byte_hops = sum(g.noc_byte_hops for g in placed)
     return PlacedPlan(
