@@ -235,7 +235,7 @@ def place_group(
     hw: HardwareConfig,
     start: int = 0,
     replication: Mapping[str, int] | None = None,
-    policy: str = "dense",
+    policy: str = "spread",
 ) -> PlacedGroup:
     """Place one group from crossbar ``start`` (see the module docstring); cached by graph
     structure, hardware, group, ``start`` and the copies of the group's ops.
@@ -247,7 +247,7 @@ def place_group(
         start: the first free crossbar (packing order).
         replication: copies per LINEAR op name (default 1); a merged chain takes its first op's.
         policy: ``dense`` (tiles fill on from ``start``) or ``spread`` (each stage starts on a
-            fresh core, :data:`POLICIES`).
+            fresh core, the default; :data:`POLICIES`).
     """
     _check_policy(policy)
     pair = (graph.structural_hash, hw.hash)
@@ -380,7 +380,7 @@ def place_plan(
     plan: Plan,
     hw: HardwareConfig,
     replication: Mapping[str, int] | None = None,
-    policy: str = "dense",
+    policy: str = "spread",
 ) -> PlacedPlan:
     """Place every group of ``plan`` on ``hw`` (``docs/cores.md``).
 
@@ -393,9 +393,26 @@ def place_plan(
         plan: the plan (not checked for legality).
         hw: the chip (any core count; one core gives no network bytes).
         replication: copies per LINEAR op name (default 1 each).
-        policy: ``dense`` or ``spread`` packing (:data:`POLICIES`).
+        policy: ``spread`` (default) or ``dense`` packing (:data:`POLICIES`); a ``spread``
+            placement whose core-aligned stages need more crossbars than the chip has falls
+            back to ``dense`` when that fits.
     """
     _check_policy(policy)
+    placed = _place_plan(graph, plan, hw, replication, policy)
+    if policy == "spread" and any(v.startswith("plan:") for v in placed.violations):
+        dense = _place_plan(graph, plan, hw, replication, "dense")
+        if not any(v.startswith("plan:") for v in dense.violations):
+            return dense  # fresh cores per stage do not fit the chip: pack densely
+    return placed
+
+
+def _place_plan(
+    graph: Graph,
+    plan: Plan,
+    hw: HardwareConfig,
+    replication: Mapping[str, int] | None,
+    policy: str,
+) -> PlacedPlan:
     from fusiontune.sim.execute import group_order
 
     peaks = [0] * hw.cores
