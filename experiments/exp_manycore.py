@@ -124,9 +124,11 @@ NOTES = (
     "`movement_bytes` = DRAM bytes + byte-hops x 0.081 / 3.9 (HBM2): one DRAM byte costs as "
     "much as about 48 byte-hops.",
     "Per-core peaks are the group model's peak split over the cores that read each tensor "
-    "(`place_plan`); packing fills cores densely in topological order, so the stem and the "
-    "first blocks share core 0: the fused plans overflow there. Spreading stages over cores "
-    "(a placement search) is the next step; the executor's per-core measurement comes with it.",
+    "(`place_plan`, default `spread` packing: every LINEAR stage starts on a fresh core). "
+    'Packed densely (`policy="dense"`) the stem and the first blocks shared core 0 and the '
+    "one-group plans overflowed there (resnet18 75,040 B, resnet50 135,968 B); spread, no "
+    "core is above 64 KiB. The exact optimizer does not yet see per-core buffers: its "
+    "optimum is the flat model's and is checked here by `simulate`.",
     "Replication (throughput mode: images/s = 1 / slowest LINEAR stage; latency mode: slowest "
     "stage per group, summed): `balance` and `uniform` are PIMCOMP-NN's "
     "(`backend/WeightReplication.cpp`: FC layers never copied, balance stops at half the "
