@@ -115,3 +115,38 @@ def test_space_knob_choice_that_cannot_be_placed(
         search("mlp_relu", out=tmp_path, study="e", backend="serial", space=space)
     assert f"key '{key}' = {bad!r}" in str(err.value)
     assert not (tmp_path / "mlp_relu" / "trials.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    ("knob", "spec", "message"),
+    [("cores", {"low": 84, "high": 168}, "knobs.cores = 85 (inside 84 .. 168): key 'cores' = 85 "
+      "does not divide n_crossbars = 16128"),
+     ("concentration", {"low": 1, "high": 8}, "knobs.concentration = 5 (inside 1 .. 8): key "
+      "'concentration' = 5 does not divide cores = 168"),
+     ("n_crossbars", {"low": 168, "high": 16128, "log": True}, "knobs.n_crossbars spans 15961 "
+      "values; a many-core layout key is valid only where cores divides n_crossbars")],
+)  # fmt: skip
+def test_space_knob_range_that_cannot_be_placed_inside(
+    tmp_path: Path, knob: str, spec: dict[str, Any], message: str
+) -> None:
+    """A range whose ends are valid but whose inside is not fails before any trial runs, naming
+    the space file and the first bad value (not ``overrides:`` in the middle of a search)."""
+    from fusiontune.search.api import search
+    from fusiontune.search.space import parse_space
+
+    space = parse_space({"hardware": "isaac_168", "trials": 1, "knobs": {knob: spec}}, "s.yaml")
+    with pytest.raises(ConfigError, match=re.escape(f"s.yaml: {message}")):
+        search("mlp_relu", out=tmp_path, study="e", backend="serial", space=space)
+    assert not (tmp_path / "mlp_relu" / "trials.parquet").exists()
+
+
+def test_space_knob_range_with_a_valid_step_runs(tmp_path: Path) -> None:
+    from fusiontune.search.api import search
+    from fusiontune.search.space import parse_space
+
+    knobs = {"cores": {"low": 84, "high": 168, "step": 84}}  # 84 and 168 both divide the chip
+    space = parse_space(
+        {"hardware": "isaac_168", "trials": 2, "sampler": "random", "knobs": knobs}, "s.yaml"
+    )
+    result = search("mlp_relu", out=tmp_path, study="ok", backend="serial", space=space, seed=1)
+    assert set(result.trials["hw.cores"]) <= {84, 168}
