@@ -197,11 +197,18 @@ OBJECTIVE_UNITS = {
     "energy": ("pJ",),
     "cycles": ("cycles",),
     "edp": ("pJ x cycles",),
+    "movement": ("B",),
     "multi": ("B", "pJ", "cycles"),
 }
 """Unit of each objective value, by objective (``multi``: traffic, energy, cycles)."""
 
-METRIC_UNITS = {"traffic_bytes": "B", "energy_pj": "pJ", "cycles": "cycles", "area_mm2": "mm2"}
+METRIC_UNITS = {
+    "traffic_bytes": "B",
+    "movement_bytes": "B",
+    "energy_pj": "pJ",
+    "cycles": "cycles",
+    "area_mm2": "mm2",
+}
 """Unit of each metric an objective may be made of (a co-design ``multi``: energy, cycles,
 area)."""
 

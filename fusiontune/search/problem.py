@@ -76,6 +76,18 @@ SMALL_INT_RANGE = 16
 ends (divisibility rules such as ``cores`` dividing ``n_crossbars`` are not monotonic)."""
 
 
+CHIP_DIVISOR_KNOBS = ("cores", "concentration", "mesh_width")
+"""Knobs of the many-core layout (docs/cores.md): valid only where they divide their partners,
+so a range of them is checked at every value."""
+
+CHIP_DIVIDED_KNOBS = ("n_crossbars", "buffer_bytes")
+"""Knobs that ``cores`` must divide: on a chip of more than one core, checked at every value."""
+
+CHIP_RANGE_MAX_VALUES = 4096
+"""Largest range of a chip-layout knob checked value by value; a longer one is refused (give
+``choices`` or a ``step``) rather than failing in the middle of a search."""
+
+
 def knob_extremes(knob: Knob) -> tuple[Any, ...]:
     """The values of ``knob`` :meth:`Problem.check_knobs` tries: every choice of a categorical
     knob, every value of a small integer range, else the two ends."""
@@ -209,6 +221,8 @@ class Problem:
         refuses fails here, naming the search-space file, not in the middle of a search."""
         import itertools
 
+        for knob in self.space.knobs:
+            self._check_chip_range(knob)
         extremes = [(knob, knob_extremes(knob)) for knob in self.space.knobs]
         for knob, values in extremes:
             for value in values:
@@ -230,6 +244,34 @@ class Problem:
                         f"{vb!r} makes an invalid chip: {reason}; narrow the two ranges so "
                         "every combination is valid"
                     ) from exc
+
+    def _check_chip_range(self, knob: Knob) -> None:
+        """Every value of an integer range on a chip-layout key must give a chip the placement
+        model can lay out (``cores`` 130 in 84..168 does not divide 16,128 crossbars)."""
+        chip_knob = knob.name in CHIP_DIVISOR_KNOBS or (
+            knob.name in CHIP_DIVIDED_KNOBS
+            and (self.base_hw.cores > 1 or any(k.name == "cores" for k in self.space.knobs))
+        )
+        if not chip_knob or knob.kind != "int":
+            return
+        assert knob.low is not None and knob.high is not None  # numeric: parse_space
+        values = range(int(knob.low), int(knob.high) + 1, int(knob.step or 1))
+        where = f"{self.space.source}: knobs.{knob.name}"
+        if len(values) > CHIP_RANGE_MAX_VALUES:
+            raise ConfigError(
+                f"{where} spans {len(values)} values; a many-core layout key is valid only "
+                f"where cores divides n_crossbars and buffer_bytes (docs/cores.md): give "
+                f"choices, or a step so that at most {CHIP_RANGE_MAX_VALUES} values are checked"
+            )
+        for value in values:
+            try:
+                self.base_hw.replace(**{knob.name: value})
+            except ConfigError as exc:
+                reason = str(exc).removeprefix("overrides: ")
+                raise ConfigError(
+                    f"{where} = {value!r} (inside {values[0]} .. {values[-1]}): {reason}; give "
+                    f"choices or a step that keep every value valid"
+                ) from exc
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """Optuna distribution of every decision variable (as :meth:`decode` suggests them)."""
