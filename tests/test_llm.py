@@ -15,7 +15,12 @@ import pytest
 from fusiontune.errors import ModelLoadError
 from fusiontune.export.onnx_export import to_onnx
 from fusiontune.frontend.zoo import _ZooBuilder, build_zoo
-from fusiontune.frontend.zoo_llm import build_llama_prefill, causal_mask, rope_tables
+from fusiontune.frontend.zoo_llm import (
+    build_llama_decode,
+    build_llama_prefill,
+    causal_mask,
+    rope_tables,
+)
 from fusiontune.ir.graph import Graph
 from fusiontune.reference import random_inputs, reference_run
 from fusiontune.sim.greedy import greedy_plan
@@ -102,3 +107,41 @@ def test_llama_tiny_in_the_zoo_verifies_under_greedy() -> None:
 def test_bad_config_is_named(kwargs: dict[str, int], named: str) -> None:
     with pytest.raises(ModelLoadError, match=named.replace("(", r"\(").replace(")", r"\)")):
         _prefill(**kwargs)
+
+
+# ---- decode: one token against a KV cache ---------------------------------------------------
+def _decode(layers: int = 2, cache: int = SEQ - 1) -> Graph:
+    b = _ZooBuilder("llama_test", seed=3)  # the same seed draws the prefill's weights
+    build_llama_decode(b, layers, 32, 4, 2, cache, 48)
+    return b.build()
+
+
+def test_decode_lints_matches_onnxruntime_and_grows_the_cache() -> None:
+    graph = _decode()
+    assert graph.lint() is graph
+    assert len(graph.inputs) == 1 + 2 * 2 and len(graph.outputs) == 1 + 2 * 2
+    assert graph.tensors["l1.past_key"].shape == (1, 2, SEQ - 1, 8)
+    assert graph.tensors[graph.outputs[1]].shape == (1, 2, SEQ, 8)  # present key: L + 1
+    feeds = random_inputs(graph, seed=0)
+    ref = reference_run(graph, feeds)
+    got = _ort_run(graph, feeds)
+    for name, want in zip(graph.outputs, got):
+        assert _rel_err(ref[name], want) <= REL_TOL, name
+    np.testing.assert_array_equal(ref[graph.outputs[1]][:, :, :-1], feeds["l0.past_key"])
+    report = verify(graph, greedy_plan(graph))
+    assert report.passed, report.summary()
+
+
+def test_decode_step_equals_the_prefills_last_token() -> None:
+    """Decode with the prefill's own K/V of tokens 0..L-1 gives the prefill's row L."""
+    prefill, decode = _prefill(layers=2), _decode(layers=2)
+    feeds = random_inputs(prefill, seed=2)
+    full = reference_run(prefill, feeds, keep_intermediates=True)
+    step = {"input": feeds["input"][:, -1:, :]}
+    for i in range(2):
+        step[f"l{i}.past_key"] = np.ascontiguousarray(full[f"l{i}.attn.k.rope"][:, :, :-1])
+        step[f"l{i}.past_value"] = np.ascontiguousarray(full[f"l{i}.attn.v.heads"][:, :, :-1])
+    out = reference_run(decode, step)
+    got, want = out[decode.outputs[0]], full[prefill.outputs[0]][:, -1:, :]
+    assert _rel_err(got, want) <= REL_TOL
+    np.testing.assert_allclose(out[decode.outputs[1]], full["l0.attn.k.rope"], rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Llama-style decoder graphs for the zoo: a prefill builder, in the ops of a plain ONNX export.
+"""Llama-style decoder graphs for the zoo: prefill and decode, in the ops of a plain ONNX export.
 
 Every piece is decomposed into ops the registry already has, in the form the Hugging Face
 Llama export writes them:
@@ -46,11 +46,12 @@ TINY_SEQ = 16
 
 
 def rope_tables(
-    seq: int, head_dim: int, theta: float = ROPE_THETA
+    seq: int, head_dim: int, theta: float = ROPE_THETA, start: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin tables ``[seq, head_dim]`` of rotate-half RoPE (HF ``LlamaRotaryEmbedding``)."""
+    """cos and sin tables ``[seq, head_dim]`` of rotate-half RoPE (HF ``LlamaRotaryEmbedding``)
+    for positions ``start .. start + seq - 1``."""
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    freqs = np.outer(np.arange(seq, dtype=np.float64), inv_freq)
+    freqs = np.outer(np.arange(start, start + seq, dtype=np.float64), inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
 
@@ -115,14 +116,20 @@ def _repeat_kv(b: _ZooBuilder, x: str, batch: int, heads: int, name: str) -> str
 def _decoder_layer(
     b: _ZooBuilder,
     x: str,
-    tables: tuple[str, str, str],
+    tables: tuple[str, str, str | None],
     batch: int,
     heads: int,
     kv_heads: int,
     ffn: int,
     p: str,
-) -> str:
-    """One pre-RMSNorm Llama layer (attention + SwiGLU, residual each); returns its output."""
+    past: tuple[str, str] | None = None,
+) -> tuple[str, str, str]:
+    """One pre-RMSNorm Llama layer (attention + SwiGLU, residual each).
+
+    With ``past`` (the layer's K and V caches ``[B, kv_heads, L, d]``) the new keys and
+    values are appended to them (``Concat`` on axis 2). Returns the layer's output and its
+    present K and V (the caches after this step; without ``past`` the step's own K and V).
+    """
     cos, sin, mask = tables
     _, seq, hidden = b.shape(x)
     d = hidden // heads
@@ -136,13 +143,19 @@ def _decoder_layer(
     k = split(b.matmul(h, kv_heads * d, bias=False, name=f"{p}attn.k"), kv_heads, f"{p}attn.k")
     v = split(b.matmul(h, kv_heads * d, bias=False, name=f"{p}attn.v"), kv_heads, f"{p}attn.v")
     q = _rope(b, q, cos, sin, f"{p}attn.q.rope")
-    k = _repeat_kv(b, _rope(b, k, cos, sin, f"{p}attn.k.rope"), batch, heads, f"{p}attn.k.rep")
+    k = _rope(b, k, cos, sin, f"{p}attn.k.rope")
+    if past is not None:
+        k = b.op("Concat", [past[0], k], {"axis": 2}, name=f"{p}attn.k.cache")
+        v = b.op("Concat", [past[1], v], {"axis": 2}, name=f"{p}attn.v.cache")
+    present = (k, v)
+    k = _repeat_kv(b, k, batch, heads, f"{p}attn.k.rep")
     v = _repeat_kv(b, v, batch, heads, f"{p}attn.v.rep")
     kt = b.op("Transpose", [k], {"perm": (0, 1, 3, 2)}, name=f"{p}attn.k.t")
     scores = b.op("MatMul", [q, kt], name=f"{p}attn.scores")
     scale = b.const(f"{p}attn.scale.divisor", np.float32(math.sqrt(d)))
     scores = b.op("Div", [scores, scale], name=f"{p}attn.scale")
-    scores = b.op("Add", [scores, mask], name=f"{p}attn.mask")
+    if mask is not None:
+        scores = b.op("Add", [scores, mask], name=f"{p}attn.mask")
     probs = b.op("Softmax", [scores], {"axis": -1}, name=f"{p}attn.softmax")
     ctx = b.op("MatMul", [probs, v], name=f"{p}attn.context")
     ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name=f"{p}attn.merge")
@@ -154,7 +167,7 @@ def _decoder_layer(
     up = b.matmul(h, ffn, bias=False, name=f"{p}mlp.up")
     m = b.op("Mul", [silu, up], name=f"{p}mlp.glu")
     y = b.matmul(m, hidden, bias=False, name=f"{p}mlp.down")
-    return b.add(y, x, name=f"{p}mlp.residual")
+    return b.add(y, x, name=f"{p}mlp.residual"), *present
 
 
 def build_llama_prefill(
@@ -195,8 +208,53 @@ def build_llama_prefill(
         b.const("attn.causal_mask", causal_mask(seq)),
     )
     for i in range(layers):
-        x = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.")
+        x, _, _ = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.")
     return _rmsnorm(b, x, "final_norm")
+
+
+def build_llama_decode(
+    b: _ZooBuilder,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    cache: int,
+    ffn: int,
+    batch: int = 1,
+) -> list[str]:
+    """Add one decode step of the same decoder (one new token after ``cache`` cached ones).
+
+    Graph inputs: ``input`` ``[batch, 1, hidden]`` (the new token's hidden state), then per
+    layer ``l{i}.past_key`` and ``l{i}.past_value`` ``[batch, kv_heads, cache, d]``. Graph
+    outputs: the final RMSNorm ``[batch, 1, hidden]``, then per layer the updated caches
+    (``Concat`` of past and new, ``[batch, kv_heads, cache + 1, d]``). RoPE is at position
+    ``cache``; no mask (the one query may see every cached key).
+
+    Returns:
+        The output tensors' names, in the graph's output order.
+
+    Raises:
+        ModelLoadError: as :func:`build_llama_prefill` (``cache`` plays ``seq``).
+    """
+    _check_config(layers, hidden, heads, kv_heads, cache, ffn)
+    d = hidden // heads
+    x = b.input("input", (batch, 1, hidden))
+    pasts = [
+        (
+            b.input(f"l{i}.past_key", (batch, kv_heads, cache, d)),
+            b.input(f"l{i}.past_value", (batch, kv_heads, cache, d)),
+        )
+        for i in range(layers)
+    ]
+    cos_t, sin_t = rope_tables(1, d, start=cache)
+    tables = (b.const("rope.cos", cos_t), b.const("rope.sin", sin_t), None)
+    presents: list[str] = []
+    for i in range(layers):
+        x, k, v = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.", pasts[i])
+        presents += [k, v]
+    outputs = [_rmsnorm(b, x, "final_norm"), *presents]
+    b.output(*outputs)
+    return outputs
 
 
 def llama_tiny(b: _ZooBuilder, seq: int, batch: int) -> None:
