@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, InputSizeError, ModelLoadError, ShapeError, closest
+from fusiontune.frontend.zoo_llm import TINY_SEQ, llama_tiny
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.limits import format_bytes, memory_limit, n_elements, shape_text
@@ -470,6 +471,13 @@ ZOO: dict[str, ZooEntry] = {
         build=_bert_encoder,
         default_input_size=BERT_SEQ,
         description="One BERT-base encoder layer: attention (OPAQUE matmuls), Gelu FFN, LayerNorm",
+        min_input_size=1,
+        input_size_meaning="sequence length",
+    ),
+    "llama_tiny": ZooEntry(
+        build=llama_tiny,
+        default_input_size=TINY_SEQ,
+        description="Llama-style 2-layer decoder prefill: RMSNorm, RoPE, GQA, causal mask, SwiGLU",
         min_input_size=1,
         input_size_meaning="sequence length",
     ),

@@ -1,0 +1,147 @@
+"""Llama-style decoder prefill (frontend/zoo_llm.py): lint, onnxruntime, causality, plans.
+
+Metric for onnxruntime: ``max|ref - ort| / max|ort|`` on the output, float32, at most REL_TOL
+(CPU, graph optimizations off), as tests/test_zoo_onnxruntime.py does for the whole zoo.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fusiontune.errors import ModelLoadError
+from fusiontune.export.onnx_export import to_onnx
+from fusiontune.frontend.zoo import _ZooBuilder, build_zoo
+from fusiontune.frontend.zoo_llm import (
+    build_llama_decode,
+    build_llama_prefill,
+    causal_mask,
+    rope_tables,
+)
+from fusiontune.ir.graph import Graph
+from fusiontune.reference import random_inputs, reference_run
+from fusiontune.sim.greedy import greedy_plan
+from fusiontune.sim.verify import verify
+
+REL_TOL = 1e-5
+SEQ = 6  # small: the whole file runs in seconds
+
+
+def _prefill(layers: int = 1, heads: int = 4, kv_heads: int = 2, seq: int = SEQ) -> Graph:
+    b = _ZooBuilder("llama_test", seed=3)
+    build_llama_prefill(b, layers, 32, heads, kv_heads, seq, 48)
+    return b.build()
+
+
+def _ort_run(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(
+        to_onnx(graph).SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    return list(sess.run(list(graph.outputs), feeds))
+
+
+def _rel_err(ref: np.ndarray, want: np.ndarray) -> float:
+    diff = float(np.max(np.abs(ref.astype(np.float64) - want.astype(np.float64))))
+    return diff / max(float(np.max(np.abs(want.astype(np.float64)))), 1e-30)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])  # MHA, GQA, MQA
+def test_prefill_lints_and_matches_onnxruntime(kv_heads: int) -> None:
+    graph = _prefill(layers=2, kv_heads=kv_heads)
+    assert graph.lint() is graph
+    types = Counter(op.op_type for op in graph.ops)
+    assert types["Softmax"] == 2 and types["Expand"] == (0 if kv_heads == 4 else 4)
+    assert types["Pow"] == types["ReduceMean"] == 5  # 2 RMSNorms per layer + the final one
+    feeds = random_inputs(graph, seed=0)
+    ref = reference_run(graph, feeds)
+    (got,) = _ort_run(graph, feeds)
+    assert _rel_err(ref[graph.outputs[0]], got) <= REL_TOL
+
+
+def test_prefill_is_causal() -> None:
+    """Changing the last token changes only the last row: the mask hides the future."""
+    graph = _prefill(layers=2)
+    feeds = random_inputs(graph, seed=1)
+    out = reference_run(graph, feeds)[graph.outputs[0]]
+    moved = {k: v.copy() for k, v in feeds.items()}
+    moved["input"][:, -1, :] += 1.0
+    out2 = reference_run(graph, moved)[graph.outputs[0]]
+    np.testing.assert_array_equal(out[:, :-1], out2[:, :-1])
+    assert float(np.max(np.abs(out[:, -1] - out2[:, -1]))) > 1e-3
+
+
+def test_rope_and_mask_tables() -> None:
+    cos, sin = rope_tables(4, 8)
+    assert cos.shape == sin.shape == (4, 8)
+    np.testing.assert_allclose(cos[0], 1.0)  # position 0 is not rotated
+    np.testing.assert_allclose(sin[0], 0.0)
+    np.testing.assert_allclose(cos**2 + sin**2, 1.0, rtol=1e-6)
+    mask = causal_mask(3)
+    assert (np.tril(mask) == 0).all() and (mask[np.triu_indices(3, 1)] < -1e8).all()
+
+
+def test_llama_tiny_in_the_zoo_verifies_under_greedy() -> None:
+    graph = build_zoo("llama_tiny", input_size=8)
+    assert graph.lint() is graph
+    assert sum(op.op_type == "Softmax" for op in graph.ops) == 2  # two layers
+    feeds = random_inputs(graph, seed=0)
+    (got,) = _ort_run(graph, feeds)
+    assert _rel_err(reference_run(graph, feeds)[graph.outputs[0]], got) <= REL_TOL
+    report = verify(graph, greedy_plan(graph))
+    assert report.passed, report.summary()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"heads": 3}, "hidden=32 must be a multiple of heads=3"),
+     ({"kv_heads": 3}, "heads=4 must be a multiple of kv_heads=3"),
+     ({"seq": 0}, "seq=0 must be an integer >= 1"),
+     ({"heads": 32}, "head_dim=1 (hidden/heads) must be even")],
+)  # fmt: skip
+def test_bad_config_is_named(kwargs: dict[str, int], named: str) -> None:
+    with pytest.raises(ModelLoadError, match=named.replace("(", r"\(").replace(")", r"\)")):
+        _prefill(**kwargs)
+
+
+# ---- decode: one token against a KV cache ---------------------------------------------------
+def _decode(layers: int = 2, cache: int = SEQ - 1) -> Graph:
+    b = _ZooBuilder("llama_test", seed=3)  # the same seed draws the prefill's weights
+    build_llama_decode(b, layers, 32, 4, 2, cache, 48)
+    return b.build()
+
+
+def test_decode_lints_matches_onnxruntime_and_grows_the_cache() -> None:
+    graph = _decode()
+    assert graph.lint() is graph
+    assert len(graph.inputs) == 1 + 2 * 2 and len(graph.outputs) == 1 + 2 * 2
+    assert graph.tensors["l1.past_key"].shape == (1, 2, SEQ - 1, 8)
+    assert graph.tensors[graph.outputs[1]].shape == (1, 2, SEQ, 8)  # present key: L + 1
+    feeds = random_inputs(graph, seed=0)
+    ref = reference_run(graph, feeds)
+    got = _ort_run(graph, feeds)
+    for name, want in zip(graph.outputs, got):
+        assert _rel_err(ref[name], want) <= REL_TOL, name
+    np.testing.assert_array_equal(ref[graph.outputs[1]][:, :, :-1], feeds["l0.past_key"])
+    report = verify(graph, greedy_plan(graph))
+    assert report.passed, report.summary()
+
+
+def test_decode_step_equals_the_prefills_last_token() -> None:
+    """Decode with the prefill's own K/V of tokens 0..L-1 gives the prefill's row L."""
+    prefill, decode = _prefill(layers=2), _decode(layers=2)
+    feeds = random_inputs(prefill, seed=2)
+    full = reference_run(prefill, feeds, keep_intermediates=True)
+    step = {"input": feeds["input"][:, -1:, :]}
+    for i in range(2):
+        step[f"l{i}.past_key"] = np.ascontiguousarray(full[f"l{i}.attn.k.rope"][:, :, :-1])
+        step[f"l{i}.past_value"] = np.ascontiguousarray(full[f"l{i}.attn.v.heads"][:, :, :-1])
+    out = reference_run(decode, step)
+    got, want = out[decode.outputs[0]], full[prefill.outputs[0]][:, -1:, :]
+    assert _rel_err(got, want) <= REL_TOL
+    np.testing.assert_allclose(out[decode.outputs[1]], full["l0.attn.k.rope"], rtol=1e-5, atol=1e-6)
