@@ -191,7 +191,28 @@ def row_of(spec: HeldOut, nodes: int | None, steps: dict[str, Any]) -> dict[str,
     }
 
 
-ROOT_CAUSES: dict[str, str] = {}
+ROOT_CAUSES: dict[str, str] = {
+    "silero-vad:silero_vad.onnx": (
+        "the whole model is one `If` on `sr == 16000`, and `sr` is a runtime input, so the "
+        "importer cannot take one branch, and ONNX shape inference leaves the If's outputs "
+        "without static shapes (the branches declare unknown dims); load refuses. Fix at the "
+        "root: let a caller pin a scalar input (`sr=16000`) so the If folds to its taken branch "
+        "(the wheel's `silero_vad_openvino_16k.onnx` is that branch, already inlined, and loads)."
+    ),
+    "silero-vad:silero_vad_openvino_16k.onnx": (
+        "the importer loads `LSTM` as OPAQUE (so the planner and the optimum work), but the "
+        "reference executor has no LSTM kernel, so neither the onnxruntime check nor `ft.verify` "
+        "can run. Fix: a numpy LSTM kernel in the reference executor (ONNX gate order i, o, f, "
+        "c; `sequence_lens`, initial h/c, both directions)."
+    ),
+    "magika:model.onnx": (
+        "not a wrong result but a slow one: the reference run takes 0.04 s, `ft.verify` of the "
+        "greedy plan more than 120 s; a stack dump during it sits in the fused executor's "
+        "row-band streaming (`sim/runner.py`: `_run_whole` -> `ensure` -> `_band` -> `_fetch` -> "
+        "`read_rows`), which walks magika's groups (a 2048-long byte axis) band by band in "
+        "Python. Fix: a faster band path (or whole-tensor execution of groups that fit)."
+    ),
+}
 """Model -> a guess at the root cause of its failures (written after reading the errors)."""
 
 
@@ -211,11 +232,29 @@ def notes_of(rows: list[dict[str, Any]], step_timeout_s: float) -> list[str]:
         "`failures`: every failed step with its exact error; recorded, not fixed, in this "
         "round. Root-cause guesses follow.",
         f"Per-step timeout {step_timeout_s:g} s.",
+        "`gap 0` with status `time_limit`: the optimizer stopped at its time limit, but its "
+        "best plan's traffic equals the proven lower bound, so that plan is optimal by "
+        "certificate.",
     ]
     for row in rows:
         if row.get("failures") and row["model"] in ROOT_CAUSES:
             notes.append(f"Root cause ({row['model']}): {ROOT_CAUSES[row['model']]}")
     return notes
+
+
+def scrub(row: dict[str, Any], cache: Path) -> dict[str, Any]:
+    """``row`` with the cache directory in error messages written as ``<cache>`` (no paths of
+    this machine in the results)."""
+    prefixes = sorted({str(cache), str(cache.resolve())}, key=len, reverse=True)
+
+    def clean(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        for prefix in prefixes:
+            value = value.replace(prefix, "<cache>")
+        return value
+
+    return {k: clean(v) for k, v in row.items()}
 
 
 def run(cache: Path, step_timeout_s: float, out_dir: Path) -> list[Path]:
@@ -240,7 +279,7 @@ def run(cache: Path, step_timeout_s: float, out_dir: Path) -> list[Path]:
         analysis_dir.mkdir(parents=True, exist_ok=True)
         print(f"{spec.model}: analysing", flush=True)
         steps = exp_sweep.analyse_file(path, step_timeout_s, analysis_dir)
-        row = row_of(spec, _n_nodes(path), steps)
+        row = scrub(row_of(spec, _n_nodes(path), steps), cache)
         print(f"  {row}", flush=True)
         rows.append(row)
     notes = notes_of(rows, step_timeout_s)
@@ -279,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.from_csv:
-        rows = read_rows(Path(args.out) / "exp_heldout.csv")
+        cache = Path(args.cache)
+        rows = [scrub(r, cache) for r in read_rows(Path(args.out) / "exp_heldout.csv")]
         notes = notes_of(rows, args.step_timeout)
         for path in write_outputs("heldout", TITLE, [("Models", rows)], notes, Path(args.out)):
             print(f"wrote {path.name}")
