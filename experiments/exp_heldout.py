@@ -207,7 +207,8 @@ ROOT_CAUSES: dict[str, str] = {
     ),
     "magika:model.onnx": (
         "not a wrong result but a slow one: the reference run takes 0.04 s, `ft.verify` of the "
-        "greedy plan more than 120 s; a stack dump during it sits in the fused executor's "
+        "greedy plan more than 500 s (a separate run, killed at 500 s; load average ~10); "
+        "a stack dump during it sits in the fused executor's "
         "row-band streaming (`sim/runner.py`: `_run_whole` -> `ensure` -> `_band` -> `_fetch` -> "
         "`read_rows`), which walks magika's groups (a 2048-long byte axis) band by band in "
         "Python. Fix: a faster band path (or whole-tensor execution of groups that fit)."
