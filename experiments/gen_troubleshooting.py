@@ -80,7 +80,7 @@ def table(module: ModuleType) -> str:
 
 FAULT_NOTES = """\
 Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py`,
-`tests/test_postgres.py`):
+`tests/test_postgres.py`, `tests/test_hardening4.py`):
 
 - **Ctrl-C** stops cleanly (exit 130): the finished trials are stored and `trials.parquet`
   rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
@@ -94,6 +94,11 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
 - **Reading `trials.parquet` during a search**: read it through one open file
   (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
   `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.
+- **A damaged `trials.parquet`** (truncated copy, disk error): `fusiontune report DIR` names the
+  file; `fusiontune report DIR --rebuild` rewrites it from the study storage (the search trials:
+  every stored trial carries its record; `--storage URL` for a database summary.json does not
+  record). The baseline rows and `groups.parquet` are not in the storage: rerun the search with
+  `--resume` (same command) to recompute them.
 - **A study knows what it is**: `--resume` (or a second driver) with another model, input
   shape, hardware, knobs, objective or planner configuration is refused, naming both.
 - **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray

@@ -92,3 +92,63 @@ def test_alias_bomb_with_no_fault_in_its_bounded_copy_keeps_the_expansion_messag
 
     with pytest.raises(ConfigError, match=r"^s\.yaml: expands to more than 100,000 nodes"):
         parse_yaml("k:" + _bomb_list(), "s.yaml", ConfigError, check=lambda data: None)
+
+
+# ---- report on a corrupt trials.parquet ------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished_search(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small finished search (mlp_relu, 3 trials, serial): its results folder."""
+    out = tmp_path_factory.mktemp("search")
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "3", "--out", str(out)]
+    assert main([*argv, "--seed", "1"]) == 0
+    return out / "mlp_relu"
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / folder.name
+    shutil.copytree(folder, target, ignore=shutil.ignore_patterns("*.lock"))
+    return target
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "not-parquet"])
+def test_report_on_a_damaged_trials_table_names_it_and_offers_the_rebuild(
+    finished_search: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    from fusiontune.search.results import read_parquet
+
+    d = _copy(finished_search, tmp_path)
+    table = d / "trials.parquet"
+    before = read_parquet(table)
+    data = table.read_bytes()
+    table.write_bytes(
+        {"truncated": data[: len(data) // 2], "empty": b"", "not-parquet": b"x"}[damage]
+    )
+    capsys.readouterr()
+    err = _run(["report", str(d)], capsys)
+    assert f"{table}: is truncated or corrupt" in err
+    assert f"fusiontune report {d} --rebuild" in err
+    assert "study.db" in err
+
+    assert main(["report", str(d), "--rebuild"]) == 0
+    out = capsys.readouterr().out
+    assert f"rebuilt {table} from " in out and "3 search trials" in out
+    assert "baseline rows" in out and "--resume" in out
+    after = read_parquet(table)
+    searched = before[before["source"] == "search"].reset_index(drop=True)
+    assert list(after["source"].unique()) == ["search"]
+    cols = ["trial", "state", "plan_hash", "hw_hash", "value_0", "traffic_bytes"]
+    assert after[cols].equals(searched[cols])
+    assert (d / "report.md").is_file()
+
+
+def test_report_on_a_damaged_groups_table_says_it_cannot_come_from_storage(
+    finished_search: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = _copy(finished_search, tmp_path)
+    (d / "groups.parquet").write_bytes(b"PAR1")
+    capsys.readouterr()
+    err = _run(["report", str(d)], capsys)
+    assert f"{d / 'groups.parquet'}: is truncated or corrupt" in err
+    assert "not in the study storage" in err and "--resume" in err
