@@ -84,7 +84,8 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
 
 - **Ctrl-C** stops cleanly (exit 130): the finished trials are stored and `trials.parquet`
   rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
-  A second Ctrl-C during that save is held until it is done: no trial is stored twice.
+  Further Ctrl-Cs are ignored until fusiontune has exited: the save is never cut short, no
+  trial is stored twice, and the exit is 130 with one line saying what was saved.
 - **A killed driver** (SIGKILL, power loss) loses at most `--checkpoint-every` seconds of work
   (default 5): finished trials go to the study storage (one transaction per checkpoint: all of
   its trials or none) and `trials.parquet` periodically, each file replaced atomically. Rerun

@@ -4,7 +4,14 @@ study, a full disk and a torn journal."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +159,76 @@ def test_report_on_a_damaged_groups_table_says_it_cannot_come_from_storage(
     err = _run(["report", str(d)], capsys)
     assert f"{d / 'groups.parquet'}: is truncated or corrupt" in err
     assert "not in the study storage" in err and "--resume" in err
+
+
+# ---- double Ctrl-C -------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+SUBPROCESS_TIMEOUT_S = 300.0
+"""Generous: the machine may be busy (the suite runs beside other work)."""
+
+
+def _driver(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """``fusiontune`` in a subprocess of its own, taking Ctrl-C even when this suite runs as a
+    background job (whose processes inherit SIGINT ignored)."""
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "fusiontune.cli.main", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _wait_for_file(proc: subprocess.Popen[str], path: Path, what: str) -> None:
+    """Wait until ``path`` exists (the driver's own progress marker), not for a fixed time."""
+    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"driver ended or stalled before {what}: {proc.communicate()}")
+        time.sleep(0.05)
+
+
+def _search_argv(out: Path, trials: int = 100_000) -> list[str]:
+    return [
+        "search", "lenet5", "--backend", "serial", "--workers", "1", "--sampler", "random",
+        "--trials", str(trials), "--checkpoint-every", "0.2", "--out", str(out), "--seed", "0",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("interval_s", [0.0, 0.01, 0.05])
+def test_double_ctrl_c_exits_130_with_one_line_of_what_was_saved(
+    tmp_path: Path, interval_s: float
+) -> None:
+    """Ctrl-C, then Ctrl-C again and again every ``interval_s`` until the driver ends: wherever
+    the later ones land (the save, closing the storage, joining the backend, the last
+    message, the interpreter's exit), the exit is 130 and stderr says once what was saved."""
+    from fusiontune.search.results import read_parquet
+
+    out = tmp_path / "out"
+    table = out / "lenet5" / "trials.parquet"
+    proc = _driver(_search_argv(out), tmp_path)
+    _wait_for_file(proc, table, "the first checkpoint")
+    proc.send_signal(signal.SIGINT)
+    sent = 1
+    while proc.poll() is None and sent < 2000:
+        time.sleep(interval_s)
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        sent += 1
+    _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("fusiontune:")]
+    saved = [re.search(r"interrupted; (\d+) finished trials are saved", line) for line in lines]
+    numbers = [int(m.group(1)) for m in saved if m]
+    assert len(numbers) == 1, err
+    assert sum("to continue, run:" in line for line in lines) == 1, err
+    assert len(lines) == 2, err  # nothing else: no second "interrupted"
+    frame = read_parquet(table)
+    assert (frame["source"] == "search").sum() == numbers[0] >= 1

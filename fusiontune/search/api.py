@@ -212,7 +212,10 @@ def search(
             store.flush(final=True)
             # the last flush may have been the interrupted one
             write_checkpoint(store, ctx, out_dir)
-        raise SearchInterrupted(out_dir, len(store.stored_records())) from None
+            n_done = len(store.stored_records())
+            store.close()  # and not the close or the backend's shutdown (both idempotent)
+            starter.join()
+        raise SearchInterrupted(out_dir, n_done) from None
     finally:
         store.close()
         starter.join()

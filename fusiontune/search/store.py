@@ -329,7 +329,8 @@ _deferring = threading.local()
 
 @contextlib.contextmanager
 def deferred_interrupt(reraise: bool = True) -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block is done, then raise it (``reraise``) or drop it:
+    """Hold Ctrl-C (SIGINT) until the block is done, then hand it to the handler that was in
+    place (``reraise``; Python's default raises ``KeyboardInterrupt``) or drop it:
     a trial is either stored and numbered, or not stored at all. Nested blocks defer to the
     outermost one; outside the main thread this does nothing (signals go to the main thread),
     and a process that ignores SIGINT (started in the background) keeps ignoring it.
@@ -350,7 +351,9 @@ def deferred_interrupt(reraise: bool = True) -> Iterator[None]:
         _deferring.active = False
         signal.signal(signal.SIGINT, previous)
     if caught and reraise:
-        raise KeyboardInterrupt
+        if callable(previous):  # the handler in place takes it (default: raises)
+            previous(signal.SIGINT, None)
+        raise KeyboardInterrupt  # a handler that only noted it: the block is still stopped
 
 
 def _rdb_of(storage: Any) -> Any:
