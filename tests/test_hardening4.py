@@ -232,3 +232,102 @@ def test_double_ctrl_c_exits_130_with_one_line_of_what_was_saved(
     assert len(lines) == 2, err  # nothing else: no second "interrupted"
     frame = read_parquet(table)
     assert (frame["source"] == "search").sum() == numbers[0] >= 1
+
+
+# ---- two drivers starting one new study at the same instant --------------------------------------
+RACER = """
+import sys, time
+from pathlib import Path
+from fusiontune.cli.main import main
+import fusiontune.search.api, optuna  # imported before the barrier: the race is the start
+Path(sys.argv[2]).touch()
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.001)
+sys.exit(main(sys.argv[3:]))
+"""
+"""A driver that imports everything, says it is ready and starts when the barrier file appears."""
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_two_drivers_starting_one_new_study_together(tmp_path: Path, storage: str) -> None:
+    """The first keeps its study and results; the second is refused with the documented
+    message naming the study (a journal: ``--resume`` joins it; SQLite takes one driver), and
+    removes nothing of the first's (its results folder was new to both)."""
+    from fusiontune.search.results import read_parquet
+
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    for attempt in range(3):
+        run = tmp_path / str(attempt)
+        run.mkdir()
+        argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", "out"]
+        argv += ["--study", "s", "--seed", "0"]
+        if storage == "journal":
+            argv += ["--storage", "shared/s.log"]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", RACER, "go", f"ready{i}", *argv],
+                cwd=run,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
+        while not all((run / f"ready{i}").exists() for i in range(2)):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (run / "go").touch()
+        results = [(p.wait(timeout=SUBPROCESS_TIMEOUT_S), p.communicate()[1]) for p in procs]
+        codes = sorted(code for code, _ in results)
+        assert codes == [0, 2], results
+        err = next(err for code, err in results if code == 2)
+        lines = [line for line in err.splitlines() if line.startswith("fusiontune:")]
+        assert len(lines) == 1, err
+        if storage == "journal":
+            assert re.search(r"study 's' (was just created|already exists) in journal file", err)
+            assert "pass --resume" in err
+        else:
+            db = Path("out") / "s" / "study.db"
+            assert f"study storage {db} (study 's') is in use by another fusiontune driver" in err
+            assert "continue it with --resume" in err
+        table = read_parquet(run / "out" / "s" / "trials.parquet")
+        assert (table["source"] == "search").sum() == 2
+        assert (run / "out" / "s" / "summary.json").is_file()
+
+
+def test_a_driver_refused_by_a_new_study_s_owner_removes_nothing_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The interleaving the race above hits now and then, made certain: both drivers find the
+    results folder missing; the other one takes the study (its SQLite lock and database)
+    right after this one checked the folder. This one is refused and must not delete the
+    folder it found missing: it is the other's now."""
+    from fusiontune.search import api
+    from fusiontune.search.store import WriterLock
+
+    out = tmp_path / "out"
+    db = out / "s" / "study.db"
+    original = api._check_writable
+    other: list[WriterLock] = []
+
+    def then_the_other_driver_starts(out_dir: Path) -> None:
+        original(out_dir)
+        db.write_bytes(b"")  # the other's database, being created
+        other.append(WriterLock(db.with_name("study.db.lock"), str(db)))
+
+    monkeypatch.setattr(api, "_check_writable", then_the_other_driver_starts)
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", str(out)]
+    try:
+        code = main([*argv, "--study", "s"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"study storage {db} (study 's') is in use by another fusiontune driver" in err
+        assert db.is_file() and db.with_name("study.db.lock").is_file()
+    finally:
+        for lock in other:
+            lock.release()

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.errors import StorageError
 from fusiontune.search.records import mirrored_trial, study_records
 from fusiontune.search.sampler_factory import make_sampler
-from fusiontune.search.store import FLUSH_INTERVAL_S, StorageSpec, StudyStore, WriterLock, reason_of
+from fusiontune.search.store import (
+    FLUSH_INTERVAL_S,
+    StorageSpec,
+    StudyStore,
+    StudyTakenError,
+    WriterLock,
+    reason_of,
+)
 
 if TYPE_CHECKING:
     from fusiontune.search.problem import Problem
@@ -136,7 +143,7 @@ def open_study(
 
     spec = storage if isinstance(storage, StorageSpec) else StorageSpec(storage, str(storage))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    lock = WriterLock(spec.lock_path, spec.label) if spec.lock_path is not None else None
+    lock = WriterLock(spec.lock_path, spec.label, name) if spec.lock_path is not None else None
     try:
         store = _open(
             name,
@@ -179,7 +186,7 @@ def _open(
     storage = _connect(spec)
     existing = optuna.get_all_study_names(storage=storage)
     if name in existing and not resume:
-        raise StorageError(
+        raise StudyTakenError(
             f"study '{name}' already exists in {spec.label}; pass --resume to continue it, "
             "or --study NAME / --out DIR for a new one"
         )
@@ -209,7 +216,7 @@ def _open(
             for key, value in study_attrs(problem).items():
                 persistent.set_user_attr(key, value)
         except optuna.exceptions.DuplicatedStudyError:
-            raise StorageError(
+            raise StudyTakenError(
                 f"study '{name}' was just created in {spec.label} by another driver; "
                 "pass --resume to join it"
             ) from None
