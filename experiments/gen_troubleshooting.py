@@ -105,8 +105,9 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
 - **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray
   worker that dies is retried once plan by plan; a plan slower than `--eval-timeout` seconds
   (default 600) fails as timed out; a failing baseline is a failed row. The search goes on.
-- **A full disk** stops the search with one line naming the file; the trials stored so far are
-  safe: free space and rerun with `--resume`.
+- **A full disk** stops the search with one line naming the file (the study database, the journal
+  or a table) and "disk full"; the trials stored so far are safe: free space and rerun with
+  `--resume` (a study whose database could not even be created: run the same command again).
 - **`fusiontune: internal error: ...`** is a bug, not a bad input: rerun with
   `FUSIONTUNE_DEBUG=1` to see the traceback and report it."""
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -331,3 +332,82 @@ def test_a_driver_refused_by_a_new_study_s_owner_removes_nothing_of_it(
     finally:
         for lock in other:
             lock.release()
+
+
+# ---- a full disk ---------------------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MiB tmpfs: a real full disk (ENOSPC from the kernel, for SQLite, Parquet and the
+    journal alike). Mounting needs root on Linux; elsewhere the test is skipped (said so)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if sys.platform != "linux" or os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    mount = ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)]
+    if subprocess.run(mount, capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=False)
+
+
+def _fill(disk: Path, leave_bytes: int = 0) -> Path:
+    """Fill the disk, then give ``leave_bytes`` back; returns the filler file."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:  # unbuffered: nothing left to fail at close
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        f.truncate(max(0, f.tell() - leave_bytes))
+    return filler
+
+
+def _errors(err: str) -> list[str]:
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if not line.startswith("search: ")]
+
+
+def test_disk_full_mid_search_is_one_line_naming_the_file_and_keeps_the_stored_trials(
+    small_disk: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The disk fills while a driver (a real process) searches: it ends with exit 2 and one
+    line naming the file it could not write; every trial stored before is still there, the
+    same, when the search is resumed after freeing space."""
+    from fusiontune.search.results import read_parquet
+
+    table = small_disk / "lenet5" / "trials.parquet"
+    argv = _search_argv(small_disk)
+    proc = _driver(argv, tmp_path)
+    _wait_for_file(proc, table, "the first checkpoint")
+    filler = _fill(small_disk)
+    _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    assert proc.returncode == 2, err
+    lines = _errors(err)
+    assert len(lines) == 1, err
+    assert "(disk full)" in lines[0] and "--resume" in lines[0], err
+    assert re.search(r"lenet5/(study\.db|trials\.parquet)\b", lines[0]), err
+    before = read_parquet(table)  # the last complete checkpoint (replaced atomically)
+    assert len(before) >= 1
+    filler.unlink()
+    resumed = argv[:]
+    resumed[resumed.index("--trials") + 1] = str(len(before) + 200)
+    assert main([*resumed, "--resume"]) == 0
+    after = read_parquet(table).set_index("trial")
+    cols = ["state", "plan_hash", "hw_hash", "value_0"]
+    kept = before.set_index("trial")[cols]
+    assert after.loc[kept.index, cols].equals(kept)
+
+
+def test_disk_full_while_creating_the_study_database_says_disk_full_in_one_line(
+    small_disk: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Too little space for Optuna's tables: the message is the file and "disk full", not the
+    SQL statement SQLite was running."""
+    _fill(small_disk, leave_bytes=16 << 10)
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", str(small_disk)]
+    code = main(argv)
+    lines = _errors(capsys.readouterr().err)
+    assert code == 2 and len(lines) == 1, lines
+    assert "mlp_relu/study.db" in lines[0] and "(disk full)" in lines[0], lines
+    assert "[SQL" not in lines[0] and "CREATE" not in lines[0], lines

@@ -26,6 +26,7 @@ from fusiontune.search.store import (
     StudyStore,
     StudyTakenError,
     WriterLock,
+    is_disk_full,
     reason_of,
 )
 
@@ -303,6 +304,11 @@ def _connect(spec: StorageSpec) -> Any:
             if racing and attempt + 1 < CONNECT_ATTEMPTS:
                 time.sleep(0.5 + random.random())
                 continue
+            if is_disk_full(exc):  # creating Optuna's tables: the SQL statement helps nobody
+                raise StorageError(
+                    f"study storage '{spec.label}' cannot be opened (disk full); the trials "
+                    "stored so far are safe: free disk space and run the command again"
+                ) from exc
             raise StorageError(f"study storage '{spec.label}' cannot be opened: {exc}") from exc
     raise AssertionError("unreachable")
 
