@@ -100,6 +100,10 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   every stored trial carries its record; `--storage URL` for a database summary.json does not
   record). The baseline rows and `groups.parquet` are not in the storage: rerun the search with
   `--resume` (same command) to recompute them.
+- **A journal file torn by a killed driver** (`--storage NAME.log`): a final record left
+  unfinished is dropped with a warning when the journal is next opened (Optuna never read it);
+  a bad record with others after it is refused with the exact step (`truncate -s BYTE FILE`)
+  that keeps the records before it.
 - **A study knows what it is**: `--resume` (or a second driver) with another model, input
   shape, hardware, knobs, objective or planner configuration is refused, naming both.
 - **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray

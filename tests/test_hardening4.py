@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -411,3 +412,69 @@ def test_disk_full_while_creating_the_study_database_says_disk_full_in_one_line(
     assert code == 2 and len(lines) == 1, lines
     assert "mlp_relu/study.db" in lines[0] and "(disk full)" in lines[0], lines
     assert "[SQL" not in lines[0] and "CREATE" not in lines[0], lines
+
+
+# ---- a journal file after a torn write -----------------------------------------------------------
+def _journal_search(tmp_path: Path, trials: int, resume: bool = False) -> list[str]:
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", str(trials), "--seed", "0"]
+    argv += ["--out", str(tmp_path / "out"), "--storage", str(tmp_path / "s.log")]
+    return [*argv, "--resume"] if resume else argv
+
+
+def _search_table(tmp_path: Path) -> Any:
+    from fusiontune.search.results import read_parquet
+
+    frame = read_parquet(tmp_path / "out" / "mlp_relu" / "trials.parquet")
+    return frame[frame["source"] == "search"].set_index("trial").sort_index()
+
+
+@pytest.mark.parametrize("cut", [1, 40, "newline-kept"])
+def test_a_torn_final_journal_write_is_repaired_and_the_study_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: int | str
+) -> None:
+    """A driver killed while appending leaves a final record without its end (or, torn just
+    before its newline, a final line that is not a whole record). Optuna skips it when
+    reading but appends the next record onto it, which corrupts the file for good; fusiontune
+    drops the torn tail (under the journal's lock) and says so, and the study goes on."""
+    assert main(_journal_search(tmp_path, 3)) == 0
+    before = _search_table(tmp_path)
+    journal = tmp_path / "s.log"
+    data = journal.read_bytes()
+    if cut == "newline-kept":
+        torn = data[: data.rindex(b"\n", 0, len(data) - 1) + 1] + b'{"op_code": 5, "wor\n'
+    else:
+        torn = data[: len(data) - int(cut)]
+    journal.write_bytes(torn)
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=r"s\.log: dropped a torn final write"):
+        assert main(_journal_search(tmp_path, 5, resume=True)) == 0
+    assert main(_journal_search(tmp_path, 7, resume=True)) == 0  # and the file stays sound
+    after = _search_table(tmp_path)
+    assert len(after) == 7 and after.index.is_unique
+    kept = [t for t in before.index if t in after.index][:2]
+    assert len(kept) == 2
+    assert (after.loc[kept, "plan_hash"] == before.loc[kept, "plan_hash"]).all()
+
+
+def test_a_journal_corrupt_before_its_end_is_refused_with_the_exact_recovery_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad record with records after it (a torn write later records were appended to):
+    Optuna cannot read past it. The refusal names the file, the line and the byte where it
+    starts, and the command that keeps the records before it; after that command the study
+    resumes."""
+    assert main(_journal_search(tmp_path, 3)) == 0
+    journal = tmp_path / "s.log"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    bad = len(lines) // 2
+    offset = sum(len(line) for line in lines[:bad])
+    lines[bad] = lines[bad][: len(lines[bad]) // 2] + b"\n"  # torn, then appended to
+    journal.write_bytes(b"".join(lines))
+    capsys.readouterr()
+    err = _run(_journal_search(tmp_path, 5, resume=True), capsys)
+    assert f"journal file {journal}: line {bad + 1} (byte {offset}) is not a whole record" in err
+    step = f"truncate -s {offset} {journal}"
+    assert step in err and "--resume" in err
+    os.truncate(journal, offset)  # the step the message gives
+    assert main(_journal_search(tmp_path, 5, resume=True)) == 0
+    assert len(_search_table(tmp_path)) == 5

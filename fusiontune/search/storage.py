@@ -65,14 +65,30 @@ def storage_for(storage: str | None, study_dir: Path) -> StorageSpec:
     if journal is not None:
         from optuna.storages.journal import JournalFileBackend
 
+        from fusiontune.search.journal import bad_record, refusal, repair_torn_tail
+
         try:
             Path(journal).parent.mkdir(parents=True, exist_ok=True)
+            dropped = repair_torn_tail(journal)
+            broken = bad_record(journal) if Path(journal).is_file() else None
             backend = JournalFileBackend(journal)
         except OSError as exc:
             raise StorageError(
                 f"journal file {journal} cannot be opened ({reason_of(exc)}); "
                 "check the path and that its folder is writable"
             ) from exc
+        if broken is not None:
+            raise StorageError(refusal(journal, *broken))
+        if dropped:
+            import warnings
+
+            warnings.warn(
+                f"{journal}: dropped a torn final write ({dropped:,} bytes of a record a "
+                "killed driver did not finish; Optuna never read it, so no stored trial "
+                "changes)",
+                UserWarning,
+                stacklevel=2,
+            )
         return StorageSpec(optuna.storages.JournalStorage(backend), f"journal file {journal}")
     url = _with_postgres_driver(storage)
     lock = None
