@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fusiontune.cli.main import main
+from fusiontune.frontend.zoo import build_zoo
 
 
 # ---- YAML alias bombs whose content is wrong -------------------------------------------------
@@ -241,6 +242,7 @@ RACER = """
 import sys, time
 from pathlib import Path
 from fusiontune.cli.main import main
+from fusiontune.frontend.zoo import build_zoo
 import fusiontune.search.api, optuna  # imported before the barrier: the race is the start
 Path(sys.argv[2]).touch()
 while not Path(sys.argv[1]).exists():
@@ -478,3 +480,30 @@ def test_a_journal_corrupt_before_its_end_is_refused_with_the_exact_recovery_ste
     os.truncate(journal, offset)  # the step the message gives
     assert main(_journal_search(tmp_path, 5, resume=True)) == 0
     assert len(_search_table(tmp_path)) == 5
+
+
+# ---- a zoo model at a large --input-size: the simulator copies its weights once ------------------
+def test_gemm_weights_are_copied_once_for_the_simulator() -> None:
+    """mlp_relu at width 65536: fc1's weight is 64 MiB. Reading it as a crossbar matrix made
+    three float64/float32 copies (a peak of 4x the weights: 5.3 GB at --input-size 1048576);
+    now one float32 copy, with the same numbers."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fusiontune.ops.linear import linear_params
+
+    graph = build_zoo("mlp_relu", input_size=65536)
+    op = next(o for o in graph.ops if o.name == "fc1")
+    weight = graph.tensors[op.inputs[1]].value
+    assert weight is not None and weight.nbytes == 64 << 20
+    tracemalloc.start()
+    try:
+        params = linear_params(graph, op)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.1 * weight.nbytes, peak
+    expected = (np.asarray(weight, np.float64).T * 1.0).astype(np.float32)  # the former path
+    assert params.weight.dtype == np.float32 and np.array_equal(params.weight, expected)
+    assert not np.shares_memory(params.weight, weight)  # a copy: folds never touch the graph
