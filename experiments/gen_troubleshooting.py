@@ -80,11 +80,12 @@ def table(module: ModuleType) -> str:
 
 FAULT_NOTES = """\
 Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py`,
-`tests/test_postgres.py`):
+`tests/test_postgres.py`, `tests/test_hardening4.py`):
 
 - **Ctrl-C** stops cleanly (exit 130): the finished trials are stored and `trials.parquet`
   rewritten; fusiontune prints the exact command to continue (the same one plus `--resume`).
-  A second Ctrl-C during that save is held until it is done: no trial is stored twice.
+  Further Ctrl-Cs are ignored until fusiontune has exited: the save is never cut short, no
+  trial is stored twice, and the exit is 130 with one line saying what was saved.
 - **A killed driver** (SIGKILL, power loss) loses at most `--checkpoint-every` seconds of work
   (default 5): finished trials go to the study storage (one transaction per checkpoint: all of
   its trials or none) and `trials.parquet` periodically, each file replaced atomically. Rerun
@@ -94,13 +95,23 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
 - **Reading `trials.parquet` during a search**: read it through one open file
   (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
   `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.
+- **A damaged `trials.parquet`** (truncated copy, disk error): `fusiontune report DIR` names the
+  file; `fusiontune report DIR --rebuild` rewrites it from the study storage (the search trials:
+  every stored trial carries its record; `--storage URL` for a database summary.json does not
+  record). The baseline rows and `groups.parquet` are not in the storage: rerun the search with
+  `--resume` (same command) to recompute them.
+- **A journal file torn by a killed driver** (`--storage NAME.log`): a final record left
+  unfinished is dropped with a warning when the journal is next opened (Optuna never read it);
+  a bad record with others after it is refused with the exact step (`truncate -s BYTE FILE`)
+  that keeps the records before it.
 - **A study knows what it is**: `--resume` (or a second driver) with another model, input
   shape, hardware, knobs, objective or planner configuration is refused, naming both.
 - **A crashing evaluation** fails only its trial (the message is in the `error` column); a Ray
   worker that dies is retried once plan by plan; a plan slower than `--eval-timeout` seconds
   (default 600) fails as timed out; a failing baseline is a failed row. The search goes on.
-- **A full disk** stops the search with one line naming the file; the trials stored so far are
-  safe: free space and rerun with `--resume`.
+- **A full disk** stops the search with one line naming the file (the study database, the journal
+  or a table) and "disk full"; the trials stored so far are safe: free space and rerun with
+  `--resume` (a study whose database could not even be created: run the same command again).
 - **`fusiontune: internal error: ...`** is a bug, not a bad input: rerun with
   `FUSIONTUNE_DEBUG=1` to see the traceback and report it."""
 

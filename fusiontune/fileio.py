@@ -7,7 +7,10 @@ the file.
   that stop the classic attacks before they cost anything: at most
   :data:`MAX_NESTING_DEPTH` levels of nesting and :data:`MAX_YAML_NODES` nodes once aliases
   are expanded (an "alias bomb" of a few hundred bytes expands to billions of nodes), no
-  recursive aliases.
+  recursive aliases. A caller's ``check`` (the validator of the file's keys) runs on a bounded
+  copy of a document over the node limit (:data:`BOUNDED_COPY_NODES` nodes, breadth first),
+  so an alias bomb under a misspelt key or holding a bad value is refused naming that key or
+  value, as the file written out would be, and never expanded.
 - :func:`parse_json`: ``json.loads`` with the same nesting limit.
 
 The caller passes the error class to raise (``ConfigError`` for configurations,
@@ -17,6 +20,7 @@ The caller passes the error class to raise (``ConfigError`` for configurations,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,10 @@ MAX_NESTING_DEPTH = 64
 
 MAX_YAML_NODES = 100_000
 """Most YAML nodes after alias expansion (a search space or hardware file has ~100)."""
+
+BOUNDED_COPY_NODES = 200
+"""Nodes of the bounded copy a ``check`` validates when a document is over
+:data:`MAX_YAML_NODES`: every key a real file has, few enough to quote in a message."""
 
 
 def read_text(path: str | Path, error: type[FusiontuneError], what: str = "file") -> str:
@@ -61,23 +69,42 @@ def read_text(path: str | Path, error: type[FusiontuneError], what: str = "file"
         ) from None
 
 
-def load_yaml(path: str | Path, error: type[FusiontuneError], what: str = "YAML file") -> Any:
+def load_yaml(
+    path: str | Path,
+    error: type[FusiontuneError],
+    what: str = "YAML file",
+    check: Callable[[Any], object] | None = None,
+) -> Any:
     """Read and parse a YAML file (see :func:`parse_yaml`)."""
-    return parse_yaml(read_text(path, error, what), str(path), error)
+    return parse_yaml(read_text(path, error, what), str(path), error, check)
 
 
-def parse_yaml(text: str, source: str, error: type[FusiontuneError]) -> Any:
+def parse_yaml(
+    text: str,
+    source: str,
+    error: type[FusiontuneError],
+    check: Callable[[Any], object] | None = None,
+) -> Any:
     """Plain data of a YAML document, within the limits of this module.
+
+    Args:
+        check: the caller's validator of the data; it runs only on a document over the node
+            limit, on a bounded copy (see the module docstring): the error it raises is the
+            one raised, with a note on the expansion.
 
     Raises:
         error: not valid YAML (with the line), nested too deep, too many nodes once aliases
-            are expanded, or a recursive alias.
+            are expanded (or what ``check`` raises on a bounded copy), or a recursive alias.
     """
     import yaml
 
     loader = _limited_loader_class()(text)
     try:
         return loader.get_single_data()
+    except _TooManyNodes as exc:
+        if check is not None:
+            _check_bounded(loader, exc.node, check, source, error)
+        raise error(f"{source}: {exc}") from None
     except _LimitExceeded as exc:
         raise error(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -136,6 +163,67 @@ class _LimitExceeded(Exception):
     pass
 
 
+class _TooManyNodes(_LimitExceeded):
+    """A document over :data:`MAX_YAML_NODES` once expanded; ``node`` is its composed root."""
+
+    def __init__(self, message: str, node: Any) -> None:
+        super().__init__(message)
+        self.node = node
+
+
+def _check_bounded(
+    loader: Any,
+    node: Any,
+    check: Callable[[Any], object],
+    source: str,
+    error: type[FusiontuneError],
+) -> None:
+    """Run ``check`` on a bounded copy of the document ``node``; raise what it raises, noting
+    the expansion. Constructing shares each anchored object among its aliases (linear in the
+    file); only the copy would expand, and it stops at :data:`BOUNDED_COPY_NODES`."""
+    import yaml
+
+    try:
+        data = loader.construct_document(node)
+    except (yaml.YAMLError, ValueError):  # a value YAML cannot construct: the expansion message
+        return
+    try:
+        check(_bounded_copy(data, BOUNDED_COPY_NODES))
+    except FusiontuneError as exc:
+        raise error(
+            f"{exc} (and its aliases expand to more than {MAX_YAML_NODES:,} nodes: write the "
+            "values out)"
+        ) from None
+
+
+def _bounded_copy(data: Any, budget: int) -> Any:
+    """A copy of plain data with at most ``budget`` container entries, breadth first: every
+    shallow key is kept before deeper content; past the budget containers stay short."""
+
+    def empty(item: Any) -> Any:
+        return {} if isinstance(item, dict) else [] if isinstance(item, list) else item
+
+    root = empty(data)
+    queue: list[tuple[Any, Any]] = [(data, root)] if root is not data else []
+    head = 0
+    while head < len(queue) and budget > 0:
+        source, target = queue[head]
+        head += 1
+        pairs = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in pairs:
+            if budget <= 0:
+                break
+            budget -= 1
+            copy = empty(value)
+            if isinstance(target, dict):
+                target[key] = copy
+            else:
+                target.append(copy)
+            if copy is not value:
+                queue.append((value, copy))
+    return root
+
+
 _LOADER: type | None = None
 
 
@@ -185,9 +273,10 @@ def _check_expanded_size(root: Any) -> None:
             on_path.discard(key)
             total = 1 + sum(sizes[id(child)] for child in _children(node, yaml))
             if total > MAX_YAML_NODES:
-                raise _LimitExceeded(
+                raise _TooManyNodes(
                     f"expands to more than {MAX_YAML_NODES:,} nodes (aliases repeat anchored "
-                    "content); write the values out or reduce the aliases"
+                    "content); write the values out or reduce the aliases",
+                    root,
                 )
             sizes[key] = total
             continue

@@ -4,7 +4,9 @@ Each subcommand lives in its own module under :mod:`fusiontune.cli` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
 ``(args) -> int``. Errors derived from :class:`FusiontuneError` print one line and exit 2;
 any other exception is a bug: one line, a hint to rerun with ``FUSIONTUNE_DEBUG=1`` for the
-traceback, exit 1. Ctrl-C exits 130 (a subcommand may print how to resume first).
+traceback, exit 1. Ctrl-C exits 130 (a subcommand may print how to resume first); once
+it is caught, SIGINT is ignored for the rest of the process, which is ending: a second Ctrl-C
+cannot turn 130 into a traceback or a death by signal.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fusiontune: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
+        _ignore_further_ctrl_c()
         print("fusiontune: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
@@ -109,6 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_BUG
+
+
+def _ignore_further_ctrl_c() -> None:
+    """After a Ctrl-C the command is ending: a second one must not turn exit 130 into a
+    traceback or a death by SIGINT during the interpreter's exit (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _one_line(exc: BaseException) -> str:

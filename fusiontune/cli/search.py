@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fusiontune.cli._common import (
@@ -131,8 +133,6 @@ def _non_negative_float(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fusiontune.frontend.loader import parse_input_shapes
-    from fusiontune.search.api import SearchInterrupted, search
     from fusiontune.search.space import load_space, with_overrides
 
     apply_memory_limit(args)
@@ -146,6 +146,14 @@ def run(args: argparse.Namespace) -> int:
     from fusiontune.search.problem import objective_metrics
 
     progress = Progress(space.objective, sys.stderr.isatty(), metrics=objective_metrics(space))
+    with first_ctrl_c_only():
+        return _run_search(args, space, progress)
+
+
+def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int:
+    from fusiontune.frontend.loader import parse_input_shapes
+    from fusiontune.search.api import SearchInterrupted, search
+
     try:
         result = search(
             args.model,
@@ -182,6 +190,32 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     print(format_summary(result.summary))
     return 0
+
+
+@contextlib.contextmanager
+def first_ctrl_c_only() -> Iterator[None]:
+    """The first Ctrl-C stops the search (``KeyboardInterrupt``: the search saves its trials);
+    from then on SIGINT is ignored until the process exits, so a second Ctrl-C cannot cut the
+    save, the storage's close, the backend's shutdown, the message or the interpreter's exit
+    short (exit 130, one line of what was saved). Without an interruption the previous handler
+    comes back. Off the main thread, or with SIGINT already ignored, nothing changes."""
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:  # not interrupted: as it was
+            signal.signal(signal.SIGINT, previous)
 
 
 def resume_command(args: argparse.Namespace) -> str:

@@ -598,13 +598,19 @@ def _linear_params(graph: Graph, op: Op, as_matrix: bool) -> LinearParams:
         w_mat = w.reshape(w.shape[0], w.shape[1]).T
         return LinearParams("matrix", w_mat, b, 1, 1, 1, out_shape, op)
     if op.op_type == "Gemm":
-        w = np.asarray(consts[1], dtype=np.float64)
-        w = w.T if attr_i(op, "transB") else w
-        w = w * attr_f(op, "alpha")
+        alpha = attr_f(op, "alpha")
+        given = np.asarray(consts[1])
+        given = given.T if attr_i(op, "transB") else given
+        # alpha 1: the float64 round trip is exact, so one float32 copy instead of three
+        matrix = (
+            np.array(given, dtype=DTYPE)
+            if alpha == 1.0
+            else (np.asarray(given, dtype=np.float64) * alpha).astype(DTYPE)
+        )
         bias = None
         if len(consts) > 2 and consts[2] is not None:
             c = np.asarray(consts[2], dtype=np.float64) * attr_f(op, "beta")
-            n_out = w.shape[1]
+            n_out = matrix.shape[1]
             if c.size == 1:
                 c = np.full(n_out, float(c.reshape(())))
             elif c.size == n_out and c.shape[-1] == n_out:
@@ -613,7 +619,7 @@ def _linear_params(graph: Graph, op: Op, as_matrix: bool) -> LinearParams:
                 c = np.broadcast_to(c, out_shape).copy()
             bias = c.astype(DTYPE)
         in_axis = 0 if attr_i(op, "transA") else 1
-        return LinearParams("matrix", w.astype(DTYPE), bias, 1, in_axis, 1, out_shape, op)
+        return LinearParams("matrix", matrix, bias, 1, in_axis, 1, out_shape, op)
     # MatMul with a constant weight
     w = np.asarray(consts[1], dtype=DTYPE)
     if w.ndim != 2:

@@ -309,6 +309,7 @@ _RESIZE_DEFAULTS = {
 RESIZE = "Resize"
 """Op type the graph builder (``ir/builder.py``) emits."""
 
+
 def _resize_fold_elements(values: Inputs) -> int | None:
     """Folded output size of Resize (``X, roi, scales, sizes``) or Upsample (``X, scales``)."""
     if not values or values[0] is None:

@@ -52,7 +52,12 @@ from fusiontune.search.records import TrialRecord
 from fusiontune.search.results import SearchResult
 from fusiontune.search.space import SearchSpace, load_space, with_overrides
 from fusiontune.search.storage import open_study, storage_for
-from fusiontune.search.store import FLUSH_INTERVAL_S, StudyStore, deferred_interrupt
+from fusiontune.search.store import (
+    FLUSH_INTERVAL_S,
+    StudyStore,
+    StudyTakenError,
+    deferred_interrupt,
+)
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
@@ -184,9 +189,11 @@ def search(
             parallel=be.name != "serial" or be.plans_per_task > 1,
             before_write=starter.ready,  # a backend that fails leaves no study
         )
-    except BaseException:
+    except BaseException as exc:
         starter.join()
-        if created is not None:  # nothing was stored: leave no empty folder or database behind
+        # nothing was stored: leave no empty folder or database behind, unless the folder is
+        # another driver's (it took the study after this one found the folder missing)
+        if created is not None and not isinstance(exc, StudyTakenError):
             shutil.rmtree(created, ignore_errors=True)
         raise
     ctx = res.RowContext(name, graph.name, graph.structural_hash, spc.objective, __version__)
@@ -212,7 +219,10 @@ def search(
             store.flush(final=True)
             # the last flush may have been the interrupted one
             write_checkpoint(store, ctx, out_dir)
-        raise SearchInterrupted(out_dir, len(store.stored_records())) from None
+            n_done = len(store.stored_records())
+            store.close()  # and not the close or the backend's shutdown (both idempotent)
+            starter.join()
+        raise SearchInterrupted(out_dir, n_done) from None
     finally:
         store.close()
         starter.join()

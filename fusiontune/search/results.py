@@ -291,6 +291,40 @@ def write_text(text: str, path: Path) -> None:
     _atomic_write(path, write)
 
 
+def _read_table(d: Path, name: str) -> pd.DataFrame:
+    """A table of a results folder; a damaged one is an error naming it and the way back
+    (``trials.parquet``: rebuilt from the study storage by ``report --rebuild``;
+    ``groups.parquet`` is not in the storage: ``--resume`` rewrites it)."""
+    path = d / name
+    try:
+        return read_parquet(path)
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        reason = (
+            str(exc).split(". ")[0].removeprefix("Could not open Parquet input source '<Buffer>': ")
+        )
+        if name == TRIALS_FILE:
+            way_back = (
+                f"rebuild it from the study storage with: fusiontune report {d} --rebuild "
+                f"(search trials only; storage: {_storage_named(d)}), or rerun the search "
+                "with --resume to rewrite every file"
+            )
+        else:
+            way_back = (
+                "it is not in the study storage (it is simulated from the model): rerun the "
+                "search with --resume to rewrite it"
+            )
+        raise StorageError(f"{path}: is truncated or corrupt ({reason}); {way_back}") from None
+
+
+def _storage_named(d: Path) -> str:
+    """The study storage ``summary.json`` names, for a message (best effort)."""
+    try:
+        summary = json.loads((d / SUMMARY_FILE).read_text(encoding="utf-8"))
+        return str(summary.get("storage", "see summary.json"))
+    except (OSError, ValueError, AttributeError):
+        return "see summary.json"
+
+
 def load_results(directory: str | Path) -> SearchResult:
     """Load a finished search from its results folder (``results/<study>``).
 
@@ -310,9 +344,9 @@ def load_results(directory: str | Path) -> SearchResult:
         return parse_json(read_text(d / name, StorageError), str(d / name), StorageError)
 
     plan_data = load_json(BEST_PLAN_FILE)
+    trials, groups = _read_table(d, TRIALS_FILE), _read_table(d, GROUPS_FILE)
     try:
         plan = Plan(tuple(Group(tuple(g["ops"]), Mode(g["mode"])) for g in plan_data["groups"]))
-        trials, groups = read_parquet(d / TRIALS_FILE), read_parquet(d / GROUPS_FILE)
     except (KeyError, TypeError, ValueError, OSError) as exc:
         raise StorageError(
             f"{d}: a results file is damaged ({type(exc).__name__}: {exc}); rerun the search "

@@ -176,7 +176,7 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
         return parse_space(parse_yaml(DEFAULT_SPACE_YAML, "<default>", ConfigError), "<default>")
     if not isinstance(path, (str, Path)):
         raise ConfigError(f"search space must be a YAML path or a SearchSpace, got {path!r}")
-    data = load_yaml(path, ConfigError, "search space file")
+    data = load_yaml(path, ConfigError, "search space file", lambda d: parse_space(d, str(path)))
     return parse_space(data, source=str(path))
 
 

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.errors import StorageError
 from fusiontune.search.records import mirrored_trial, study_records
 from fusiontune.search.sampler_factory import make_sampler
-from fusiontune.search.store import FLUSH_INTERVAL_S, StorageSpec, StudyStore, WriterLock, reason_of
+from fusiontune.search.store import (
+    FLUSH_INTERVAL_S,
+    StorageSpec,
+    StudyStore,
+    StudyTakenError,
+    WriterLock,
+    is_disk_full,
+    reason_of,
+)
 
 if TYPE_CHECKING:
     from fusiontune.search.problem import Problem
@@ -57,14 +65,30 @@ def storage_for(storage: str | None, study_dir: Path) -> StorageSpec:
     if journal is not None:
         from optuna.storages.journal import JournalFileBackend
 
+        from fusiontune.search.journal import bad_record, refusal, repair_torn_tail
+
         try:
             Path(journal).parent.mkdir(parents=True, exist_ok=True)
+            dropped = repair_torn_tail(journal)
+            broken = bad_record(journal) if Path(journal).is_file() else None
             backend = JournalFileBackend(journal)
         except OSError as exc:
             raise StorageError(
                 f"journal file {journal} cannot be opened ({reason_of(exc)}); "
                 "check the path and that its folder is writable"
             ) from exc
+        if broken is not None:
+            raise StorageError(refusal(journal, *broken))
+        if dropped:
+            import warnings
+
+            warnings.warn(
+                f"{journal}: dropped a torn final write ({dropped:,} bytes of a record a "
+                "killed driver did not finish; Optuna never read it, so no stored trial "
+                "changes)",
+                UserWarning,
+                stacklevel=2,
+            )
         return StorageSpec(optuna.storages.JournalStorage(backend), f"journal file {journal}")
     url = _with_postgres_driver(storage)
     lock = None
@@ -136,7 +160,7 @@ def open_study(
 
     spec = storage if isinstance(storage, StorageSpec) else StorageSpec(storage, str(storage))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    lock = WriterLock(spec.lock_path, spec.label) if spec.lock_path is not None else None
+    lock = WriterLock(spec.lock_path, spec.label, name) if spec.lock_path is not None else None
     try:
         store = _open(
             name,
@@ -179,7 +203,7 @@ def _open(
     storage = _connect(spec)
     existing = optuna.get_all_study_names(storage=storage)
     if name in existing and not resume:
-        raise StorageError(
+        raise StudyTakenError(
             f"study '{name}' already exists in {spec.label}; pass --resume to continue it, "
             "or --study NAME / --out DIR for a new one"
         )
@@ -209,7 +233,7 @@ def _open(
             for key, value in study_attrs(problem).items():
                 persistent.set_user_attr(key, value)
         except optuna.exceptions.DuplicatedStudyError:
-            raise StorageError(
+            raise StudyTakenError(
                 f"study '{name}' was just created in {spec.label} by another driver; "
                 "pass --resume to join it"
             ) from None
@@ -296,6 +320,11 @@ def _connect(spec: StorageSpec) -> Any:
             if racing and attempt + 1 < CONNECT_ATTEMPTS:
                 time.sleep(0.5 + random.random())
                 continue
+            if is_disk_full(exc):  # creating Optuna's tables: the SQL statement helps nobody
+                raise StorageError(
+                    f"study storage '{spec.label}' cannot be opened (disk full); the trials "
+                    "stored so far are safe: free disk space and run the command again"
+                ) from exc
             raise StorageError(f"study storage '{spec.label}' cannot be opened: {exc}") from exc
     raise AssertionError("unreachable")
 

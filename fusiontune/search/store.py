@@ -78,11 +78,17 @@ def is_disk_full(exc: BaseException) -> bool:
     return reason_of(exc) == "disk full"
 
 
+class StudyTakenError(StorageError):
+    """Another driver holds this study (a SQLite study's lock) or has just created it: the
+    results folder is that driver's, and a refused driver removes nothing from it."""
+
+
 class WriterLock:
     """An exclusive lock on a SQLite study (``<db>.lock`` holding the owner's pid): SQLite takes
     one fusiontune driver at a time. Released by :meth:`release` or by the process's death."""
 
-    def __init__(self, path: Path, label: str) -> None:
+    def __init__(self, path: Path, label: str, study: str | None = None) -> None:
+        """``label``: the storage as messages name it; ``study``: the study being opened."""
         self.path = path
         self._fd: int | None = None
         try:
@@ -103,10 +109,13 @@ class WriterLock:
         except OSError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise StorageError(
-                f"study storage {label} is in use by another fusiontune driver (pid {owner}); "
-                "SQLite takes one driver at a time: wait for it to finish, or share a study "
-                "between drivers with a journal file (--storage NAME.log) or PostgreSQL"
+            which = f" (study '{study}')" if study else ""
+            then = " and continue it with --resume" if study else ""
+            raise StudyTakenError(
+                f"study storage {label}{which} is in use by another fusiontune driver (pid "
+                f"{owner}); SQLite takes one driver at a time: wait for it to finish{then}, or "
+                "share a study between drivers with a journal file (--storage NAME.log) or "
+                "PostgreSQL"
             ) from None
         with contextlib.suppress(OSError):  # the pid is for messages only (the disk may be full)
             os.ftruncate(fd, 0)
@@ -329,7 +338,8 @@ _deferring = threading.local()
 
 @contextlib.contextmanager
 def deferred_interrupt(reraise: bool = True) -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block is done, then raise it (``reraise``) or drop it:
+    """Hold Ctrl-C (SIGINT) until the block is done, then hand it to the handler that was in
+    place (``reraise``; Python's default raises ``KeyboardInterrupt``) or drop it:
     a trial is either stored and numbered, or not stored at all. Nested blocks defer to the
     outermost one; outside the main thread this does nothing (signals go to the main thread),
     and a process that ignores SIGINT (started in the background) keeps ignoring it.
@@ -350,7 +360,9 @@ def deferred_interrupt(reraise: bool = True) -> Iterator[None]:
         _deferring.active = False
         signal.signal(signal.SIGINT, previous)
     if caught and reraise:
-        raise KeyboardInterrupt
+        if callable(previous):  # the handler in place takes it (default: raises)
+            previous(signal.SIGINT, None)
+        raise KeyboardInterrupt  # a handler that only noted it: the block is still stopped
 
 
 def _rdb_of(storage: Any) -> Any:

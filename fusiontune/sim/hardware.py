@@ -576,7 +576,7 @@ def load_hardware(
         if found is None:
             base = HardwareConfig()  # the embedded default preset
         else:
-            data = _parse_yaml(found.text, found.source)
+            data = _parse_yaml(found.text, found.source, found.stem)
             data.setdefault("name", found.stem)
             base = _build(data, found.source)
     return base.replace(**overrides) if overrides else base
@@ -622,10 +622,19 @@ def _read_file(path: Path) -> str:
     return read_text(path, ConfigError, "hardware file")
 
 
-def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+def _parse_yaml(text: str, source: str, stem: str) -> dict[str, Any]:
+    """The mapping of a hardware file; an alias bomb is validated as :func:`_build` would."""
     from fusiontune.fileio import parse_yaml
 
-    data = parse_yaml(text, source, ConfigError)
+    def check(data: Any) -> None:
+        mapping = _as_mapping(data, source)
+        mapping.setdefault("name", stem)
+        _build(mapping, source)
+
+    return _as_mapping(parse_yaml(text, source, ConfigError, check), source)
+
+
+def _as_mapping(data: Any, source: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
