@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, InputSizeError, ModelLoadError, ShapeError, closest
+from fusiontune.frontend.zoo_attention import ATTENTION_MODELS
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.limits import format_bytes, memory_limit, n_elements, shape_text
@@ -473,6 +474,7 @@ ZOO: dict[str, ZooEntry] = {
         min_input_size=1,
         input_size_meaning="sequence length",
     ),
+    **{name: ZooEntry(**spec) for name, spec in ATTENTION_MODELS.items()},
 }
 
 
