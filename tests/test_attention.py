@@ -233,3 +233,56 @@ def test_bert_block_at_512_against_the_bound(buffer: int) -> None:
     else:  # 32 KB: K and V stream past 4 Q tiles of 129 rows (16-bit accumulators): 2.5x
         assert row["tile"] == (129, 29, 0)
         assert row["fused_bytes"] == 12 * (2 * 512 * 64 + 4 * 512 * 128)
+
+
+# ---- import forms ---------------------------------------------------------------------------
+FORMS = {  # file -> attentions it holds
+    "attention_op23_4d.onnx": 1,
+    "attention_op23_3d.onnx": 1,
+    "mha_contrib.onnx": 1,
+    "bert_torchscript.onnx": 2,
+    "bert_dynamo.onnx": 2,
+}
+
+
+@pytest.mark.parametrize("file", list(FORMS))
+def test_every_import_form_fuses_and_matches_onnxruntime(file: str) -> None:
+    from fusiontune.frontend.onnx_import import load_onnx
+    from fusiontune.sim.greedy import greedy_plan
+
+    graph = load_onnx(DATA / file)
+    chains = find_attention(graph)
+    assert len(chains) == FORMS[file] and all(c.fusable for c in chains), chains
+    fused = fuse_attention(graph).lint()
+    assert len(fused_ops(fused)) == FORMS[file] and activation_matmuls(fused) == []
+    x = random_inputs(graph, seed=7)
+    model = onnx.load(str(DATA / file))
+    want = _ort(model, {i.name: x[i.name] for i in model.graph.input})[0]
+    out = graph.outputs[0]
+    assert rel_err(reference_run(fused, x)[out], want) <= REL_TOL
+    hw = dataclasses.replace(HW, buffer_bytes=2048)
+    plan = greedy_plan(fused, hw=hw)
+    report = verify(fused, plan, hw=hw)
+    assert report.traffic_ok and report.buffer_ok and report.passed, report.summary()
+    assert rel_err(execute(fused, plan, x, hw=hw).outputs[out], want) <= REL_TOL
+
+
+def test_an_unsupported_multi_head_attention_stays_opaque(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from fusiontune.frontend.onnx_import import load_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 8])
+    pad = helper.make_tensor_value_info("pad", TensorProto.INT32, [1, 5])
+    node = helper.make_node("MultiHeadAttention", ["x", "x", "x", "", "pad"], ["y"],
+                            domain="com.microsoft", num_heads=2)  # fmt: skip
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 8])
+    model = helper.make_model(helper.make_graph([node], "mha_pad", [x, pad], [y]),
+                              opset_imports=[helper.make_opsetid("", 17),
+                                             helper.make_opsetid("com.microsoft", 1)])  # fmt: skip
+    path = tmp_path / "mha_pad.onnx"
+    onnx.save(model, str(path))
+    with pytest.warns(UserWarning, match="MultiHeadAttention"):
+        graph = load_onnx(path)
+    assert [op.op_type for op in graph.ops] == ["MultiHeadAttention"]
+    assert find_attention(graph) == []
