@@ -286,3 +286,33 @@ def test_an_unsupported_multi_head_attention_stays_opaque(tmp_path: Path) -> Non
         graph = load_onnx(path)
     assert [op.op_type for op in graph.ops] == ["MultiHeadAttention"]
     assert find_attention(graph) == []
+
+
+# ---- the command line --------------------------------------------------------------------------
+def test_plans_explain_names_each_attention_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fusiontune.cli.main import main
+
+    assert main(["plans", "bert_block", "--input-size", "16", "--explain", "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)["attention"]
+    assert item["name"] == "attn.softmax" and item["pattern"] == "P5" and not item["fused"]
+    assert main(["plans", "bert_block", "--input-size", "16", "--explain", "--fuse-attention"]) == 0
+    assert "attention attn.softmax.attention: fused (P5" in capsys.readouterr().out
+
+
+def test_simulate_reports_the_attention_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    from fusiontune.cli.main import main
+
+    argv = ["simulate", "bert_block", "--input-size", "64", "--hw", "sram_edge", "--fuse-attention"]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("attention"))
+    assert "IO bound" in line and "1.000x the bound" in line
+
+
+def test_export_below_opset_23_is_refused_by_name() -> None:
+    from fusiontune.errors import FusiontuneError
+    from fusiontune.export.onnx_export import to_onnx
+
+    with pytest.raises(FusiontuneError, match=r"Attention op from opset 23 on"):
+        to_onnx(fuse_attention(tiny_block()), opset=21)

@@ -18,11 +18,11 @@ K/V blocks, the same arithmetic as the executor's tiles.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fusiontune.errors import ShapeError
+from fusiontune.errors import FusiontuneError, ShapeError
 from fusiontune.ops.base import (
     Array,
     AttentionRole,
@@ -203,6 +203,20 @@ def mask_problem(mask: tuple[int, ...], scores: tuple[int, ...], dtype: str) -> 
     return None
 
 
+def _export(
+    op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
+) -> tuple[list[str], dict[str, Any], list[str]]:
+    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name."""
+    if opset < ATTENTION_OPSET:
+        raise FusiontuneError(
+            f"op '{op.name}' (Attention): ONNX has the Attention op from opset "
+            f"{ATTENTION_OPSET} on; export with opset >= {ATTENTION_OPSET} (asked: {opset})"
+        )
+    if attrs.get("scale") is None:
+        attrs.pop("scale", None)
+    return inputs, attrs, outputs
+
+
 def _element_ops(graph: Graph, op: Op) -> int:
     """ALU ops: per score a dot product of ``d`` (two ops each), its share of ``P·V``
     (``2 dv``) and :data:`ALU_OPS_PER_SCORE_FIXED`."""
@@ -222,6 +236,7 @@ OPS: tuple[OpDef, ...] = (
         fused=online_attention,
         unsupported=_unsupported,
         element_ops=_element_ops,
+        export=_export,
         attention_role=AttentionRole.FUSED,
     ),
 )
