@@ -316,3 +316,51 @@ def test_export_below_opset_23_is_refused_by_name() -> None:
 
     with pytest.raises(FusiontuneError, match=r"Attention op from opset 23 on"):
         to_onnx(fuse_attention(tiny_block()), opset=21)
+
+
+# ---- Where masks and several masks (GPT-2: where(causal, w, min) + padding mask) -----------------
+def _gpt2_like(cond_input: bool) -> Graph:
+    b = GraphBuilder("gpt2_like", seed=0)
+    q, kt, v = b.input("q", (1, 2, 6, 4)), b.input("kt", (1, 2, 4, 6)), b.input("v", (1, 2, 6, 4))
+    s = b.op("MatMul", [q, kt], name="scores")
+    s = b.op("Div", [s, b.const("root_d", np.float32(2.0))], name="scale")
+    if cond_input:
+        cond = b.input("keep", (1, 1, 6, 6))
+        b._tensors[cond] = dataclasses.replace(b._tensors[cond], dtype="bool")
+    else:
+        cond = b.const("causal", np.tril(np.ones((1, 1, 6, 6), bool)))
+    lowest = b.const("lowest", np.float32(np.finfo(np.float32).min))
+    s = b.op("Where", [cond, s, lowest], name="causal_where")
+    s = b.op("Add", [s, b.input("pad", (1, 1, 1, 6))], name="pad_add")
+    p = b.op("Softmax", [s], {"axis": -1}, name="softmax")
+    b.op("MatMul", [p, v], name="context")
+    return b.build()
+
+
+@pytest.mark.parametrize("cond_input", [False, True], ids=["constant_causal", "input_cond"])
+def test_where_and_add_masks_fuse_into_one_additive_mask(cond_input: bool) -> None:
+    graph = _gpt2_like(cond_input)
+    (chain,) = find_attention(graph)
+    assert chain.fusable and len(chain.masks) == 2, chain
+    fused = fuse_attention(graph).lint()
+    assert len(fused_ops(fused)) == 1 and activation_matmuls(fused) == []
+    x = random_inputs(graph, seed=8)
+    if cond_input:
+        x["keep"] = np.tril(np.ones((1, 1, 6, 6), bool))
+    want = reference_run(graph, x)["context"]
+    assert rel_err(reference_run(fused, x)["context"], want) <= REL_TOL
+    hw = dataclasses.replace(HW, buffer_bytes=300)
+    run = execute(fused, singleton_plan(fused), x, hw=hw)
+    assert rel_err(run.outputs["context"], want) <= REL_TOL
+    m = simulate(fused, singleton_plan(fused), hw)
+    assert (run.dram_read_bytes, run.dram_write_bytes) == (m.act_read_bytes, m.act_write_bytes)
+
+
+def test_a_scale_after_the_mask_is_refused() -> None:
+    b = GraphBuilder("late_scale", seed=0)
+    q, kt, v = b.input("q", (1, 2, 6, 4)), b.input("kt", (1, 2, 4, 6)), b.input("v", (1, 2, 6, 4))
+    s = b.op("Add", [b.op("MatMul", [q, kt], name="scores"), b.input("m", (1, 1, 1, 6))])
+    s = b.op("Mul", [s, b.const("c", np.float32(0.5))], name="scale")
+    b.op("MatMul", [b.op("Softmax", [s], {"axis": -1}, name="softmax"), v], name="context")
+    (chain,) = find_attention(b.build())
+    assert "a scale is applied after the mask" in chain.reason

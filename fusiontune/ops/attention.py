@@ -260,3 +260,17 @@ def transpose_op(name: str, x: str, y: str, perm: tuple[int, ...]) -> Op:
     from fusiontune.ir.graph import Op
 
     return Op(name, "Transpose", (x,), (y,), {"perm": tuple(int(p) for p in perm)})
+
+
+def where_op(name: str, cond: str, x: str, y: str, out: str) -> Op:
+    """A ``Where`` (a boolean mask turned additive: ``where(c, 0, fill)``)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Where", (cond, x, y), (out,))
+
+
+def add_op(name: str, a: str, b: str, out: str) -> Op:
+    """An ``Add`` (two additive masks summed)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Add", (a, b), (out,))

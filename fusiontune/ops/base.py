@@ -90,6 +90,7 @@ class AttentionRole(str, Enum):
     MUL = "mul"  # x * c: a scale when c is a scalar constant (on the scores, or on Q and K)
     DIV = "div"  # x / c: a scale 1/c when c is a scalar constant
     ADD = "add"  # x + m: an additive mask when m does not depend on the scores
+    WHERE = "where"  # where(c, x, y): a mask when one branch is the scores, the other a scalar
     SOFTMAX = "softmax"  # softmax along the ``axis`` attribute
     FUSED = "fused"  # the fused attention op itself (ops/attention.py): runs by the flash scheme
 

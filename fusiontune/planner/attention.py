@@ -10,17 +10,21 @@ pattern, its forms and its refusals.
 Recipe (each step a small function; a refusal is a reason the user reads in ``--explain``):
 
 1. **candidates** — every Softmax (``AttentionRole.SOFTMAX``) whose input goes back, through
-   scalar scales (Mul/Div by a scalar constant) and at most one additive mask (Add), to a
-   MatMul of two activations (:func:`find_attention`).
+   scalar scales (Mul/Div by a scalar constant) and masks (an Add, or a Where between the
+   scores and a scalar fill, as GPT-2's causal ``where(causal, w, min)``), to a MatMul of two
+   activations (:func:`find_attention`).
 2. **legality** — the softmax is over the last (keys) axis; its probabilities feed a MatMul
    of two activations as the left operand; every intermediate (scores, scaled, masked,
    probabilities) has that one reader and is no graph output; Q, Kᵀ, V are 4-D
-   ``[B, H, N, d]`` with the same batch and heads; the mask is float32, broadcasts to the
-   scores without growing them, and is added after every scale on the scores.
+   ``[B, H, N, d]`` with the same batch and heads; each mask (float32 for an Add, a bool
+   condition for a Where) broadcasts to the scores without growing them and comes after
+   every scale on the scores.
 3. **rewrite** — :func:`fuse_attention` swaps each legal chain for the fused op (absorbing the
    Transpose that makes Kᵀ and scalar scales on Q and K, the dynamo form); a Kᵀ that no
    absorbable Transpose makes gets a Transpose of its own (a LAYOUT op the planner may fuse
-   into its producer).
+   into its producer). The masks become one additive float32 mask: constant parts (a causal
+   condition, a constant padding mask) folded into one constant, a Where on an activation
+   condition spelled ``where(c, 0, fill)``, the parts summed by Adds.
 
 The rewrite is a pass before planning: the plan is a partition of the rewritten graph, in
 which each attention is one group (a singleton of the fused op). ``fuse_attention`` of a graph
@@ -32,6 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ops import (
     AttentionRole,
@@ -41,9 +47,18 @@ from fusiontune.ops import (
     fused_attention_problem,
     is_activation_matmul,
 )
-from fusiontune.ops.attention import KEYS_LAST, attention_op, mask_problem, transpose_op
+from fusiontune.ops.attention import (
+    KEYS_LAST,
+    add_op,
+    attention_op,
+    mask_problem,
+    transpose_op,
+    where_op,
+)
 
 RANK = 4  # [B, H, N, d]
+Mask = tuple[str, float | None, bool]
+"""``(tensor, fill, keep)`` of one mask (:class:`AttentionChain`)."""
 IDENTITY = (0, 1, 2, 3)
 
 
@@ -58,7 +73,9 @@ class AttentionChain:
         k_source: the tensor ``K`` is made from; ``k_perm`` applied to it gives
             ``K [B, H, Nk, d]`` (``None``: it is ``K`` already).
         v: the value tensor ``[B, H, Nk, dv]``.
-        mask: the additive mask (``None``: no mask).
+        masks: the masks on the scores, each ``(tensor, fill, keep)``: an additive mask
+            (``fill`` ``None``), or a ``Where`` on a boolean ``tensor`` that keeps the scores
+            where it is ``keep`` and puts the scalar ``fill`` elsewhere.
         scale: the product of the scales (Mul ``c``, Div ``1/c``) on the scores, Q and K.
         output: the tensor the chain produces (the P·V MatMul's output).
         reason: why the chain stays a barrier (empty: it fuses).
@@ -70,7 +87,7 @@ class AttentionChain:
     k_source: str = ""
     k_perm: tuple[int, ...] | None = None
     v: str = ""
-    mask: str | None = None
+    masks: tuple[Mask, ...] = ()
     scale: float = 1.0
     output: str = ""
     reason: str = ""
@@ -78,6 +95,11 @@ class AttentionChain:
     @property
     def fusable(self) -> bool:
         return not self.reason
+
+    @property
+    def mask(self) -> str | None:
+        """The first mask's tensor (``None``: no mask)."""
+        return self.masks[0][0] if self.masks else None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -139,7 +161,7 @@ class _Walk:
     softmax: Op
     ops: list[str] = field(default_factory=list)
     scale: float = 1.0
-    mask: str | None = None
+    masks: list[Mask] = field(default_factory=list)
 
 
 def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
@@ -160,15 +182,14 @@ def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
             w.ops.append(p.name)
             t = x
             continue
-        if role is AttentionRole.ADD:
-            upstream, other = _split_add(graph, p)
-            if upstream is None or other is None:
+        if role in (AttentionRole.ADD, AttentionRole.WHERE):
+            mask = _mask_of(graph, p)
+            if mask is None:
                 return None
-            if w.mask is not None:
-                return _refused(w, "two additive masks on the scores (only one is supported)")
-            if w.ops and any(_is_scale(graph, graph.op(n)) for n in w.ops):
+            upstream, found = mask
+            if any(_is_scale(graph, graph.op(n)) for n in w.ops):
                 return _refused(w, "a scale is applied after the mask (the mask would be scaled)")
-            w.mask = other
+            w.masks.append(found)
             w.ops.append(p.name)
             t = upstream
             continue
@@ -198,16 +219,39 @@ def _scalar(graph: Graph, op: Op) -> tuple[float, str] | None:
     return None
 
 
-def _split_add(graph: Graph, add: Op) -> tuple[str | None, str | None]:
-    """``(scores side, mask)`` of an Add on the scores: the scores side is the operand made by
-    a scale or a MatMul of two activations (input 0 first, as torch writes it)."""
-    if len(add.inputs) != 2:
-        return None, None
-    for up, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        p = graph.producer(up)
-        if p is not None and (is_activation_matmul(graph, p) or _is_scale(graph, p)):
-            return up, other
-    return None, None
+def _on_scores(graph: Graph, t: str) -> bool:
+    """``t`` is made by an op the walk back from the softmax goes through."""
+    p = graph.producer(t)
+    if p is None:
+        return False
+    role = attention_role(p)
+    return (
+        is_activation_matmul(graph, p)
+        or _is_scale(graph, p)
+        or role in (AttentionRole.ADD, AttentionRole.WHERE)
+    )
+
+
+def _mask_of(graph: Graph, op: Op) -> tuple[str, Mask] | None:
+    """``(scores side, mask)`` of an Add or Where on the scores (``None``: neither form).
+
+    Add: the scores side is the operand made by the chain (input 0 first, as torch writes
+    it). Where: one branch is the scores, the other a one-element constant (the fill)."""
+    if attention_role(op) is AttentionRole.ADD:
+        if len(op.inputs) != 2:
+            return None
+        for up, other in ((op.inputs[0], op.inputs[1]), (op.inputs[1], op.inputs[0])):
+            if _on_scores(graph, up):
+                return up, (other, None, True)
+        return None
+    if len(op.inputs) != 3:
+        return None
+    cond, x, y = op.inputs
+    for up, fill_name, keep in ((x, y, True), (y, x, False)):
+        fill = graph.tensors[fill_name].value
+        if _on_scores(graph, up) and fill is not None and fill.size == 1:
+            return up, (cond, float(fill.reshape(())), keep)
+    return None
 
 
 # ---- 2. legality --------------------------------------------------------------------------------
@@ -257,9 +301,12 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     dtypes = {graph.tensors[n].dtype for n in (qt, kt, v)}
     if dtypes != {"float32"}:
         return _refused(w, f"Q, K, V must be float32 (got {sorted(dtypes)})", chain)
-    if w.mask is not None:
-        m = graph.tensors[w.mask]
-        problem = mask_problem(m.shape, graph.tensors[scores.outputs[0]].shape, m.dtype)
+    s_out = graph.tensors[scores.outputs[0]].shape
+    for tensor, fill, _ in w.masks:
+        m = graph.tensors[tensor]
+        if fill is not None and m.dtype != "bool":
+            return _refused(w, f"the Where condition '{tensor}' is {m.dtype}, not bool", chain)
+        problem = mask_problem(m.shape, s_out, "float32" if fill is not None else m.dtype)
         if problem:
             return _refused(w, problem, chain)
     scale = w.scale
@@ -269,7 +316,8 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     k_src, c, k_perm = _keys(graph, kt, ops)
     scale *= c
     order = tuple(sorted(ops, key=graph.op_index.__getitem__))
-    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, w.mask, scale,
+    masks = tuple(reversed(w.masks))  # in graph order
+    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale,
                           context.outputs[0])  # fmt: skip
 
 
@@ -329,7 +377,8 @@ def fuse_attention(graph: Graph) -> Graph:
             shape = tuple(src.shape[i] for i in c.k_perm)
             tensors[k] = Tensor(k, shape, src.dtype)
             new.append(transpose_op(f"{name}.keys", c.k_source, k, c.k_perm))
-        new.append(attention_op(name, c.q, k, c.v, c.mask, c.output, c.scale))
+        mask = _one_mask(graph, c, name, tensors, new)
+        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale))
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
         for op_name in c.ops:
@@ -346,6 +395,57 @@ def fuse_attention(graph: Graph) -> Graph:
     used |= set(graph.inputs) | set(graph.outputs)
     kept = {n: t for n, t in tensors.items() if n in used}
     return Graph(graph.name, kept, tuple(ops), graph.inputs, graph.outputs)
+
+
+def _one_mask(
+    graph: Graph, c: AttentionChain, name: str, tensors: dict[str, Tensor], new: list[Op]
+) -> str | None:
+    """The chain's masks as one additive float32 tensor: constant parts folded into one
+    constant, a Where on an activation condition as ``where(c, 0, fill)``, parts summed."""
+    parts: list[str] = []
+    folded: np.ndarray | None = None
+    for i, (tensor, fill, keep) in enumerate(c.masks):
+        t = graph.tensors[tensor]
+        if fill is None and t.value is None:
+            parts.append(tensor)
+            continue
+        if fill is None:
+            value = np.asarray(t.value, np.float32)
+        elif t.value is not None:
+            on, off = (0.0, fill) if keep else (fill, 0.0)
+            value = np.where(t.value, np.float32(on), np.float32(off)).astype(np.float32)
+        else:
+            on_name, off_name = (
+                _const(tensors, f"{name}.zero", 0.0),
+                _const(tensors, f"{name}.fill", fill),
+            )
+            a, b = (on_name, off_name) if keep else (off_name, on_name)
+            out = _fresh(tensors, f"{name}.mask{i}")
+            tensors[out] = Tensor(out, t.shape, "float32")
+            new.append(where_op(out, tensor, a, b, out))
+            parts.append(out)
+            continue
+        folded = value if folded is None else (folded + value).astype(np.float32)
+    if folded is not None:
+        parts.append(_const(tensors, f"{name}.mask", folded))
+    if not parts:
+        return None
+    mask = parts[0]
+    for i, other in enumerate(parts[1:]):
+        out = _fresh(tensors, f"{name}.masks{i}")
+        shape = np.broadcast_shapes(tensors[mask].shape, tensors[other].shape)
+        tensors[out] = Tensor(out, tuple(int(d) for d in shape), "float32")
+        new.append(add_op(out, mask, other, out))
+        mask = out
+    return mask
+
+
+def _const(tensors: dict[str, Tensor], stem: str, value: float | np.ndarray) -> str:
+    name = _fresh(tensors, stem)
+    arr = np.asarray(value, np.float32)
+    arr.flags.writeable = False
+    tensors[name] = Tensor(name, tuple(arr.shape), "float32", arr)
+    return name
 
 
 def _fresh(tensors: dict[str, Tensor], stem: str) -> str:
