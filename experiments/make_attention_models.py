@@ -129,6 +129,63 @@ def bert_exports() -> list[tuple[str, str]]:
     return out
 
 
+def _export_both(
+    module: object, args: tuple[object, ...], stem: str, what: str
+) -> list[tuple[str, str]]:
+    """``module`` by both torch exporters into ``<stem>_torchscript/_dynamo.onnx``."""
+    import torch
+    import transformers
+
+    out = []
+    for dynamo, kind in ((False, "torchscript"), (True, "dynamo")):
+        path = OUT_DIR / f"{stem}_{kind}.onnx"
+        opset = 18 if dynamo else 17
+        torch.onnx.export(module, args, str(path), input_names=["ids", "mask"],  # type: ignore[arg-type]
+                          output_names=["hidden"], dynamo=dynamo, opset_version=opset)  # fmt: skip
+        m = onnx.load(str(path), load_external_data=True)
+        onnx.save(m, str(path), save_as_external_data=False)
+        for extra in OUT_DIR.glob(f"{path.name}.data"):
+            extra.unlink()
+        how = (f"torch {torch.__version__} {kind} exporter, transformers "
+               f"{transformers.__version__} {what} (eager attention), opset {opset}")  # fmt: skip
+        out.append((path.name, how))
+    return out
+
+
+def gpt2_exports() -> list[tuple[str, str]]:
+    """A tiny GPT-2 (2 blocks, n_embd 32, 4 heads, sequence 16) with a causal float mask
+    input ``[1, 1, N, N]`` (0 / finfo.min), by both exporters."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        print(f"skipping the torch exports: {exc}", file=sys.stderr)
+        return []
+    torch.manual_seed(SEED)
+    config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                     vocab_size=50, bos_token_id=0, eos_token_id=0,
+                                     attn_implementation="eager")  # fmt: skip
+    model = transformers.GPT2Model(config).eval()
+
+    class Decoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gpt = model
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            pos = torch.arange(ids.shape[1]).unsqueeze(0)
+            h = self.gpt.wte(ids) + self.gpt.wpe(pos)
+            for block in self.gpt.h:
+                out = block(h, attention_mask=mask)
+                h = out[0] if isinstance(out, tuple) else out
+            return self.gpt.ln_f(h)
+
+    ids = torch.randint(0, 50, (1, BERT_SEQ))
+    lowest = torch.finfo(torch.float32).min
+    mask = torch.triu(torch.full((1, 1, BERT_SEQ, BERT_SEQ), lowest), diagonal=1)
+    return _export_both(Decoder().eval(), (ids, mask), "gpt2", "GPT2Model")
+
+
 def main() -> None:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -143,18 +200,15 @@ def main() -> None:
         path = OUT_DIR / f"{name}.onnx"
         onnx.save(model, str(path))
         rows.append((path.name, f"onnx {onnx.__version__} onnx.helper", shows))
-    for file, how in bert_exports():
-        rows.append(
-            (
-                file,
-                how,
-                "2-layer BERT encoder (hidden 32, 4 heads, seq 16, additive float mask input)",
-            )
-        )
+    bert = "2-layer BERT encoder (hidden 32, 4 heads, seq 16, additive float mask input)"
+    rows += [(file, how, bert) for file, how in bert_exports()]
+    gpt2 = ("2-block GPT-2 (n_embd 32, 4 heads, seq 16, causal float mask input; TorchScript "
+            "casts the probabilities)")  # fmt: skip
+    rows += [(file, how, gpt2) for file, how in gpt2_exports()]
     lines = ["# Attention forms", "",
              "Inputs of `tests/test_attention.py` (the import forms of pattern P5). Regenerate "
-             "with `python experiments/make_attention_models.py` (the BERT files need torch and "
-             "transformers: see `experiments/README.md`). Random weights, seed 0.", "",
+             "with `python experiments/make_attention_models.py` (the BERT and GPT-2 files need "
+             "torch and transformers: see `experiments/README.md`). Random weights, seed 0.", "",
              "| file | bytes | made by | shows |", "|---|---|---|---|"]  # fmt: skip
     for file, how, shows in rows:
         lines.append(f"| `{file}` | {(OUT_DIR / file).stat().st_size:,} | {how} | {shows} |")

@@ -92,6 +92,7 @@ class AttentionRole(str, Enum):
     ADD = "add"  # x + m: an additive mask when m does not depend on the scores
     WHERE = "where"  # where(c, x, y): a mask when one branch is the scores, the other a scalar
     SOFTMAX = "softmax"  # softmax along the ``axis`` attribute
+    PASS = "pass"  # y = x when the output keeps the input's dtype (Identity, Dropout, Cast)
     FUSED = "fused"  # the fused attention op itself (ops/attention.py): runs by the flash scheme
 
 

@@ -486,7 +486,13 @@ OPS: tuple[OpDef, ...] = (
         data_input=1,
         attention_role=AttentionRole.WHERE,
     ),
-    OpDef("Cast", shape=same_shape, reference=_cast, dtype_attr="to"),
+    OpDef(
+        "Cast",
+        shape=same_shape,
+        reference=_cast,
+        dtype_attr="to",
+        attention_role=AttentionRole.PASS,
+    ),
     OpDef("Tile", reference=_tile, fold_elements=_tile_elements),
     OpDef("Constant", reference=_constant),
     OpDef(

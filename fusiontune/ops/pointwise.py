@@ -331,6 +331,7 @@ OPS: tuple[OpDef, ...] = (
         shape=same_shape,
         reference=_unary(lambda x, op: x),
         affine=_scalar(1.0),
+        attention_role=AttentionRole.PASS,
     ),
     OpDef(
         "Neg",
@@ -346,6 +347,7 @@ OPS: tuple[OpDef, ...] = (
         reference=_dropout,
         affine=_scalar(1.0),
         out_dtypes={1: "bool"},
+        attention_role=AttentionRole.PASS,
     ),
     _arithmetic(ADD, np.add, attention_role=AttentionRole.ADD),
     _arithmetic("Sub", np.subtract),

@@ -176,6 +176,10 @@ def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
         if is_activation_matmul(graph, p):
             scores = p
             break
+        if _passes(graph, p):
+            w.ops.append(p.name)
+            t = p.inputs[0]
+            continue
         if role in (AttentionRole.MUL, AttentionRole.DIV) and _scalar(graph, p) is not None:
             c, x = _scalar(graph, p)  # type: ignore[misc]
             w.scale *= c if role is AttentionRole.MUL else 1.0 / c
@@ -196,6 +200,17 @@ def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
         return None
     w.ops.append(scores.name)
     return _legal(graph, w, scores)
+
+
+def _passes(graph: Graph, op: Op) -> bool:
+    """``op`` is ``y = x`` here: an identity-like role, the output of the input's dtype and
+    shape, no other output used."""
+    if attention_role(op) is not AttentionRole.PASS or not op.inputs or not op.outputs:
+        return False
+    x, y = graph.tensors.get(op.inputs[0]), graph.tensors.get(op.outputs[0])
+    if x is None or y is None or x.value is not None or any(op.outputs[1:]):
+        return False
+    return x.dtype == y.dtype and x.shape == y.shape
 
 
 def _is_scale(graph: Graph, op: Op) -> bool:
@@ -268,16 +283,21 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     if axis % max(rank, 1) != rank - 1:
         return _refused(w, f"the softmax '{softmax.name}' is over axis {axis}, not the last "
                            f"(keys) axis of the scores {s_shape}")  # fmt: skip
-    readers = graph.consumers(softmax.outputs[0])
+    probs, passed = softmax.outputs[0], []
+    readers = graph.consumers(probs)
+    while len(readers) == 1 and _passes(graph, readers[0]):  # a Cast to float32, a Dropout
+        passed.append(readers[0].name)
+        probs = readers[0].outputs[0]
+        readers = graph.consumers(probs)
     context = readers[0] if len(readers) == 1 else None
     if context is None or not is_activation_matmul(graph, context):
         names = ", ".join(f"'{r.name}'" for r in readers) or "nothing"
         return _refused(w, f"the probabilities of '{softmax.name}' are read by {names}, "
                            "not by one MatMul with V")  # fmt: skip
-    if context.inputs[0] != softmax.outputs[0]:
+    if context.inputs[0] != probs:
         return _refused(w, f"the probabilities are the right operand of '{context.name}' "
                            "(P·V needs them on the left)")  # fmt: skip
-    chain = [*w.ops, softmax.name, context.name]
+    chain = [*w.ops, softmax.name, *passed, context.name]
     inner = [graph.op(n).outputs[0] for n in chain[:-1]]  # scores ... probabilities
     for t in inner:
         if t in graph.outputs:
