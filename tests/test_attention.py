@@ -384,3 +384,17 @@ def test_a_scale_after_the_mask_is_refused() -> None:
     b.op("MatMul", [b.op("Softmax", [s], {"axis": -1}, name="softmax"), v], name="context")
     (chain,) = find_attention(b.build())
     assert "a scale is applied after the mask" in chain.reason
+
+
+def test_a_search_summary_carries_the_attention_bound(tmp_path: Path) -> None:
+    import json
+
+    from fusiontune.cli.main import main
+
+    argv = ["search", "bert_block", "--input-size", "32", "--fuse-attention", "--trials", "3",
+            "--workers", "1", "--out", str(tmp_path), "--study", "s"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    (row,) = summary["lower_bounds"]["attention"]
+    assert row["op"] == "attn.softmax.attention"
+    assert row["compulsory_bytes"] <= row["bound_bytes"] <= row["fused_bytes"]

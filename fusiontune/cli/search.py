@@ -101,6 +101,11 @@ def register(sub: Any) -> None:
         help="static shape of an ONNX graph input (repeatable)",
     )
     p.add_argument(
+        "--fuse-attention",
+        action="store_true",
+        help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
+    )
+    p.add_argument(
         "--eval-timeout",
         type=_non_negative_float,
         default=DEFAULT_EVAL_TIMEOUT_S,
@@ -146,9 +151,24 @@ def run(args: argparse.Namespace) -> int:
     from fusiontune.search.problem import objective_metrics
 
     progress = Progress(space.objective, sys.stderr.isatty(), metrics=objective_metrics(space))
+    model: Any = args.model
+    input_size, shapes = (
+        args.input_size,
+        (parse_input_shapes(args.input_shape) if args.input_shape else None),
+    )
+    if args.fuse_attention:  # the graph is rewritten before the search sees it
+        from fusiontune.frontend.loader import load_model
+        from fusiontune.planner.attention import fuse_attention
+
+        sizes = {"input_size": input_size} if input_size is not None else {}
+        try:
+            model = fuse_attention(load_model(args.model, input_shapes=shapes, **sizes))
+        except InputSizeError as exc:
+            raise input_size_error(exc) from None
+        input_size = shapes = None
     try:
         result = search(
-            args.model,
+            model,
             space=space,
             workers=args.workers,
             backend=args.backend,
@@ -160,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
             resume=args.resume,
             verify_best=args.verify_best,
             export_best=args.export,
-            input_size=args.input_size,
-            input_shapes=parse_input_shapes(args.input_shape) if args.input_shape else None,
+            input_size=input_size,
+            input_shapes=shapes,
             on_record=progress.update,
             on_start=progress.start,
             eval_timeout_s=args.eval_timeout or None,
