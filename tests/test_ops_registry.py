@@ -42,7 +42,7 @@ from fusiontune.sim.hardware import HardwareConfig
 REL_TOL = 1e-5  # fused vs reference: max|fused - ref| / max|ref|, float32
 FUSED_DISTINCT = {
     "Conv", "MaxPool", "AveragePool", "BatchNormalization", "LayerNormalization",
-    "ConvTranspose", "Resize",
+    "ConvTranspose", "Resize", "Attention",
 }  # fmt: skip
 """Op types whose executor kernel is a second implementation (the rest run the reference)."""
 
@@ -110,6 +110,17 @@ FUSED_CASES: list[tuple[str, list[np.ndarray | None], dict[str, Any], int]] = [
     ("BatchNormalization", [rnd(8, 4) * 3 + 1, *_bn_inputs(4)], {"training_mode": 1}, 3),
     ("BatchNormalization", [rnd(2, 4, 5) * 3 + 1, *_bn_inputs(4)], {"momentum": 0.7}, 5),
     ("LayerNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(8, seed=5), rnd(8, seed=6)], {}, 3),
+    (
+        "Attention",
+        [
+            rnd(2, 3, 37, 8),
+            rnd(2, 3, 41, 8, seed=1),
+            rnd(2, 3, 41, 5, seed=2),
+            rnd(2, 1, 1, 41, seed=3),
+        ],
+        {"scale": 0.4},
+        1,
+    ),  # online softmax, 3 blocks
     ("LayerNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(3, 8, seed=5)], {"axis": -2}, 1),
     # more ConvTranspose and Resize forms, band by band: tests/test_upsampling.py
     (

@@ -82,6 +82,7 @@ def test_registry_lists_every_model_of_the_issue() -> None:
         "lenet5", "vgg11", "vgg16", "vgg19", "resnet18", "resnet50", "resnet18_train",
         "mobilenet_v2", "mlp_relu", "mlp_linear", "mlp_bottleneck", "mlp_wide", "bert_encoder",
         "llama_tiny",
+        "bert_block", "bert_block_dynamo",
     ]  # fmt: skip
     assert fusiontune.zoo_models() == zoo_models()
     for entry in ZOO.values():

@@ -94,6 +94,10 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
         "--input-shape", action="append", default=None, metavar="NAME=D,D,...",
         help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fuse-attention", action="store_true",
+        help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
+    )  # fmt: skip
     add_memory_limit_argument(parser)
 
 
@@ -109,9 +113,14 @@ def load_graph(args: argparse.Namespace) -> Graph:
     }
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
     try:
-        return load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+        graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
+    if getattr(args, "fuse_attention", False):
+        from fusiontune.planner.attention import fuse_attention
+
+        graph = fuse_attention(graph)
+    return graph
 
 
 def input_size_error(exc: InputSizeError) -> FusiontuneError:

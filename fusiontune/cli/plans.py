@@ -41,6 +41,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Load the model, then print what was asked; returns the exit code."""
+    from fusiontune.planner.attention import explain_attention, format_attention
     from fusiontune.planner.baselines import greedy_plan, unfused_plan
     from fusiontune.planner.candidates import PlannerConfig, group_pattern
     from fusiontune.planner.counting import count_within
@@ -80,8 +81,11 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         report["first_plans"] = [p.to_dict() for p in enumerate_plans(graph, args.limit, cfg)]
     explained = explain(graph, cfg, max(1, args.budget // 2)) if args.explain else []
+    attention = explain_attention(graph) if args.explain else []
     if args.explain:
         report["explain"] = [e.to_dict() for e in explained]
+        if attention:
+            report["attention"] = [a.to_dict() for a in attention]
     if args.out:
         Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
     if args.json:
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         print()
         print(format_explanations(explained))
+        if attention:
+            print(format_attention(attention))
     if args.out:
         print(f"greedy plan written to {args.out}")
     return 0

@@ -103,6 +103,11 @@ def register(sub: Any) -> None:
         help="static shape of an ONNX graph input (repeatable)",
     )
     p.add_argument(
+        "--fuse-attention",
+        action="store_true",
+        help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
+    )
+    p.add_argument(
         "--eval-timeout",
         type=_non_negative_float,
         default=DEFAULT_EVAL_TIMEOUT_S,
@@ -154,9 +159,24 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
     from fusiontune.frontend.loader import parse_input_shapes
     from fusiontune.search.api import SearchInterrupted, search
 
+    model: Any = args.model
+    input_size, shapes = (
+        args.input_size,
+        (parse_input_shapes(args.input_shape) if args.input_shape else None),
+    )
+    if args.fuse_attention:  # the graph is rewritten before the search sees it
+        from fusiontune.frontend.loader import load_model
+        from fusiontune.planner.attention import fuse_attention
+
+        sizes = {"input_size": input_size} if input_size is not None else {}
+        try:
+            model = fuse_attention(load_model(args.model, input_shapes=shapes, **sizes))
+        except InputSizeError as exc:
+            raise input_size_error(exc) from None
+        input_size = shapes = None
     try:
         result = search(
-            args.model,
+            model,
             space=space,
             workers=args.workers,
             backend=args.backend,
@@ -168,8 +188,8 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
             resume=args.resume,
             verify_best=args.verify_best,
             export_best=args.export,
-            input_size=args.input_size,
-            input_shapes=parse_input_shapes(args.input_shape) if args.input_shape else None,
+            input_size=input_size,
+            input_shapes=shapes,
             on_record=progress.update,
             on_start=progress.start,
             eval_timeout_s=args.eval_timeout or None,

@@ -56,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
     metrics = simulate(graph, plan, hw)
     unfused = simulate(graph, unfused_plan(graph), hw)
     report = _report(graph.name, args.plan, hw.name, plan.hash, metrics, unfused)
+    from fusiontune.sim.bounds import attention_bounds
+
+    attention = attention_bounds(graph, hw)  # per fused attention (P5): its IO bound
+    if attention:
+        report["attention"] = attention
     verified = None
     if args.verify:
         from fusiontune.sim.verify import verify
@@ -173,6 +178,12 @@ def _text(report: dict[str, Any], m: Any) -> str:
     ]
     for v in m.violations:
         lines.append(f"  violation: {v}")
+    for a in report.get("attention", []):
+        lines.append(
+            f"attention    {a['op']}: {a['fused_bytes']:,} B (flash tile {a['tile']}), IO bound "
+            f"{a['bound_bytes']:,} B (compulsory {a['compulsory_bytes']:,} B): "
+            f"{a['fused_over_bound']:.3f}x the bound"
+        )
     lines.append("")
     header = f"{'#':>4} {'mode':<7} {'ops':<44} {'traffic B':>12} {'energy uJ':>11} {'cycles':>12}"
     lines.append(header)

@@ -36,6 +36,7 @@ from onnx import numpy_helper
 
 from fusiontune import limits
 from fusiontune.errors import FusiontuneError, ModelLoadError
+from fusiontune.frontend.onnx_attention import expand_attention_ops
 from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
 from fusiontune.ir.graph import Graph, Op, Tensor
@@ -86,7 +87,7 @@ def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None
     """
     path = Path(path)
     model, model_bytes = _read_model(path)
-    model = _convert_opset(model, path)
+    model = _convert_opset(expand_attention_ops(model), path)
     return _Importer(model, path, dict(input_shapes or {}), model_bytes).run()
 
 
@@ -115,7 +116,7 @@ def load_onnx_with_plan(
 
     path = Path(path)
     model, model_bytes = _read_model(path)
-    model = _convert_opset(model, path)
+    model = _convert_opset(expand_attention_ops(model), path)
     importer = _Importer(model, path, dict(input_shapes or {}), model_bytes)
     graph = importer.run()
     if embedded_plan_json(model) is None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, InputSizeError, ModelLoadError, ShapeError, closest
+from fusiontune.frontend.zoo_attention import ATTENTION_MODELS
 from fusiontune.frontend.zoo_llm import TINY_SEQ, llama_tiny
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
@@ -481,6 +482,7 @@ ZOO: dict[str, ZooEntry] = {
         min_input_size=1,
         input_size_meaning="sequence length",
     ),
+    **{name: ZooEntry(**spec) for name, spec in ATTENTION_MODELS.items()},
 }
 
 

@@ -83,6 +83,19 @@ AffineFn = Callable[["Graph", "Op", int, int], "tuple[Array, Array] | None"]
 with ``op(x) == x * scale + shift``, or ``None`` when the op is not such a map there."""
 
 
+class AttentionRole(str, Enum):
+    """What an op can be inside an attention chain (DESIGN P5, ``planner/attention.py``):
+    ``MatMul(Q, K^T) -> [scale] -> [Add(mask)] -> Softmax(last axis) -> MatMul(P, V)``."""
+
+    MUL = "mul"  # x * c: a scale when c is a scalar constant (on the scores, or on Q and K)
+    DIV = "div"  # x / c: a scale 1/c when c is a scalar constant
+    ADD = "add"  # x + m: an additive mask when m does not depend on the scores
+    WHERE = "where"  # where(c, x, y): a mask when one branch is the scores, the other a scalar
+    SOFTMAX = "softmax"  # softmax along the ``axis`` attribute
+    PASS = "pass"  # y = x when the output keeps the input's dtype (Identity, Dropout, Cast)
+    FUSED = "fused"  # the fused attention op itself (ops/attention.py): runs by the flash scheme
+
+
 class PoolReduce(str, Enum):
     """How a pool folds the input rows of one window (or of the whole input) into a value."""
 
@@ -253,6 +266,9 @@ class OpDef:
             through it.
         fold_elements: the size of the op's folded output, for ops whose output is not
             bounded by their inputs' size (:data:`FoldFn`); the importer folds no larger one.
+        attention_role: what the op can be in an attention chain (:class:`AttentionRole`);
+            the attention pattern (P5) is recognised from these roles, ``activation_matmul``
+            and ``permutation`` only.
     """
 
     op_type: str
@@ -293,6 +309,7 @@ class OpDef:
     channel_matrix: bool = False
     permutation: Callable[[Op, int], Shape] | None = None
     fold_elements: FoldFn | None = None
+    attention_role: AttentionRole | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))

@@ -18,6 +18,7 @@ import numpy as np
 from fusiontune.errors import FusiontuneError, ShapeError
 from fusiontune.ops.base import (
     Array,
+    AttentionRole,
     FoldFn,
     Inputs,
     Kernel,
@@ -478,8 +479,20 @@ OPS: tuple[OpDef, ...] = (
         fold_elements=_pad_elements,
     ),
     OpDef("Expand", shape=_expand_shape, reference=_expand, fold_elements=_expand_elements),
-    OpDef("Where", shape=broadcast_rule, reference=_where, data_input=1),
-    OpDef("Cast", shape=same_shape, reference=_cast, dtype_attr="to"),
+    OpDef(
+        "Where",
+        shape=broadcast_rule,
+        reference=_where,
+        data_input=1,
+        attention_role=AttentionRole.WHERE,
+    ),
+    OpDef(
+        "Cast",
+        shape=same_shape,
+        reference=_cast,
+        dtype_attr="to",
+        attention_role=AttentionRole.PASS,
+    ),
     OpDef("Tile", reference=_tile, fold_elements=_tile_elements),
     OpDef("Constant", reference=_constant),
     OpDef(

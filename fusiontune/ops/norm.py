@@ -30,6 +30,7 @@ from fusiontune.ops.base import (
     Affine,
     AffineKind,
     Array,
+    AttentionRole,
     Inputs,
     IsConstant,
     OpDef,
@@ -458,6 +459,7 @@ OPS: tuple[OpDef, ...] = (
         reference=_softmax,
         held=_one_slice,
         stats_axes=_one_axis,
+        attention_role=AttentionRole.SOFTMAX,
     ),
     OpDef(
         "LogSoftmax",

@@ -22,6 +22,7 @@ from fusiontune.ops.base import (
     Affine,
     AffineKind,
     Array,
+    AttentionRole,
     Inputs,
     IsConstant,
     Kernel,
@@ -238,7 +239,10 @@ _BY_CONSTANT = Affine(AffineKind.CONSTANT, _with_constant)
 
 
 def _arithmetic(
-    op_type: str, fn: BinaryFn, nonlinear_form: Callable[[Op, IsConstant], bool] | None = None
+    op_type: str,
+    fn: BinaryFn,
+    nonlinear_form: Callable[[Op, IsConstant], bool] | None = None,
+    attention_role: AttentionRole | None = None,
 ) -> OpDef:
     """Add/Sub/Mul/Div: AFFINE with a constant, BINARY of two activations."""
     return OpDef(
@@ -249,6 +253,7 @@ def _arithmetic(
         reference=_binary(fn),
         affine=_BY_CONSTANT,
         nonlinear_form=nonlinear_form,
+        attention_role=attention_role,
     )
 
 
@@ -326,6 +331,7 @@ OPS: tuple[OpDef, ...] = (
         shape=same_shape,
         reference=_unary(lambda x, op: x),
         affine=_scalar(1.0),
+        attention_role=AttentionRole.PASS,
     ),
     OpDef(
         "Neg",
@@ -341,11 +347,12 @@ OPS: tuple[OpDef, ...] = (
         reference=_dropout,
         affine=_scalar(1.0),
         out_dtypes={1: "bool"},
+        attention_role=AttentionRole.PASS,
     ),
-    _arithmetic(ADD, np.add),
+    _arithmetic(ADD, np.add, attention_role=AttentionRole.ADD),
     _arithmetic("Sub", np.subtract),
-    _arithmetic("Mul", np.multiply),
-    _arithmetic("Div", _div, _constant_numerator),
+    _arithmetic("Mul", np.multiply, attention_role=AttentionRole.MUL),
+    _arithmetic("Div", _div, _constant_numerator, AttentionRole.DIV),
     OpDef("Max", min_max_rule, shape=broadcast_rule, reference=_variadic(np.maximum)),
     OpDef("Min", min_max_rule, shape=broadcast_rule, reference=_variadic(np.minimum)),
     OpDef("Sum", shape=broadcast_rule, reference=_variadic(np.add)),

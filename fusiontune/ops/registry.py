@@ -16,7 +16,18 @@ import numpy as np
 
 from fusiontune.errors import FusiontuneError, closest
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import indexing, layout, linear, misc, norm, pointwise, quant, resize, window
+from fusiontune.ops import (
+    attention,
+    indexing,
+    layout,
+    linear,
+    misc,
+    norm,
+    pointwise,
+    quant,
+    resize,
+    window,
+)
 from fusiontune.ops.base import (
     DEFAULT_DOMAINS,
     ELEMENT_OPS_PER_ELEM,
@@ -25,6 +36,7 @@ from fusiontune.ops.base import (
     STATS_OPS_PER_ELEM,
     AffineKind,
     Array,
+    AttentionRole,
     FoldFn,
     IsConstant,
     OpDef,
@@ -40,7 +52,7 @@ from fusiontune.ops.base import (
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op, Tensor
 
-FAMILIES = (pointwise, window, linear, norm, layout, resize, misc, indexing, quant)
+FAMILIES = (pointwise, window, linear, norm, layout, resize, misc, indexing, quant, attention)
 
 
 def _register() -> None:
@@ -288,6 +300,25 @@ def axis_permutation(op: Op, rank: int) -> Shape | None:
     op keeps the element order, or is no such op)."""
     permutation = def_of(op).permutation
     return None if permutation is None else permutation(op, rank)
+
+
+def attention_role(op: Op) -> AttentionRole | None:
+    """What ``op`` can be in an attention chain (DESIGN P5; ``planner/attention.py``)."""
+    return def_of(op).attention_role
+
+
+def is_activation_matmul(graph: Graph, op: Op) -> bool:
+    """A matrix product of two activations (``(..., M, K) x (..., K, N)``)."""
+    return def_of(op).activation_matmul and len(graph.activation_inputs(op)) == 2
+
+
+def fused_attention_problem(graph: Graph, op: Op) -> str | None:
+    """Why a fused attention op (``AttentionRole.FUSED``) is outside the form its flash
+    scheme runs (``None``: it runs fused)."""
+    d = def_of(op)
+    if d.attention_role is not AttentionRole.FUSED:
+        return f"op '{op.name}' ({op.op_type}) is not a fused attention"
+    return None if d.unsupported is None else d.unsupported(op, graph.tensors)
 
 
 FOLD_ONLY: Mapping[str, FoldFn] = {

@@ -59,7 +59,7 @@ def run_baselines(
     from fusiontune.planner.counting import count_within
     from fusiontune.planner.enumerate import enumerate_plans
     from fusiontune.search.optimize import optimal_plan
-    from fusiontune.sim.bounds import capacity_bound
+    from fusiontune.sim.bounds import attention_bounds, capacity_bound
     from fusiontune.sim.cost import lower_bound
     from fusiontune.sim.greedy import greedy_plan
 
@@ -91,6 +91,9 @@ def run_baselines(
             "compulsory_bytes": lower_bound(graph, hw),
             "capacity_bytes": capacity_bound(graph, hw),
         }
+        attention = attention_bounds(graph, hw)  # per fused attention (P5), when there is one
+        if attention:
+            info["lower_bounds"]["attention"] = attention
     except Exception as exc:
         out["oracle"] = TrialRecord(-1, "FAIL", error=f"oracle: {type(exc).__name__}: {exc}")
         return out, info

@@ -314,3 +314,37 @@ def _segment_ok(
     for v in path[i : j + 1]:
         members |= 1 << v
     return _possible(model, ix, members, opaque, cache)
+
+
+# ---- attention (pattern P5) ---------------------------------------------------------------------
+def attention_bounds(graph: Graph, hw: HardwareConfig | None = None) -> list[dict[str, object]]:
+    """Per fused attention of ``graph``: its compulsory traffic, its IO lower bound in
+    ``hw.buffer_bytes`` (:func:`fusiontune.sim.attention.attention_io_bound`: Hong–Kung's
+    segment argument) and the traffic of its flash schedule, all in bytes."""
+    import math
+
+    from fusiontune.ops import AttentionRole, attention_role
+    from fusiontune.planner.plan import Group, Mode
+    from fusiontune.sim.attention import attention_io_bound, flash_shape
+    from fusiontune.sim.tiling import Scheme, singleton_tiling
+
+    hw = hw or default_hw()
+    ab = hw.act_bytes
+    rows: list[dict[str, object]] = []
+    for op in graph.ops:
+        if attention_role(op) is not AttentionRole.FUSED:
+            continue
+        tiling = singleton_tiling(graph, Group((op.name,), Mode.SINGLE), hw)
+        if tiling is None or tiling.scheme is not Scheme.ATTENTION:
+            continue
+        bound = attention_io_bound(graph, op, hw.buffer_bytes // ab) * ab
+        fused = (tiling.read_elems + tiling.write_elems) * ab
+        rows.append({
+            "op": op.name,
+            "compulsory_bytes": flash_shape(graph, op).compulsory() * ab,
+            "bound_bytes": bound,
+            "fused_bytes": fused,
+            "fused_over_bound": fused / bound if bound else math.inf,
+            "tile": tiling.tile,
+        })  # fmt: skip
+    return rows

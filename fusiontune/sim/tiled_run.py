@@ -22,6 +22,7 @@ from fusiontune.ops import DTYPE, AffineKind, PoolReduce, affine_kind, def_of, r
 from fusiontune.ops.base import attr_f
 from fusiontune.ops.linear import LinearParams, MatmulFn, conv_nd, grid_columns, on_grid
 from fusiontune.ops.window import Window
+from fusiontune.sim.attention_run import run_flash
 from fusiontune.sim.runner import (
     Dram,
     GroupStats,
@@ -59,6 +60,8 @@ def run_tiled(
 ) -> GroupStats:
     """Run the singleton ``node`` by ``tiling`` inside ``capacity_bytes`` of buffer (``acc``:
     elements one partial sum takes, :func:`fusiontune.sim.tiling.acc_units`)."""
+    if tiling.scheme is Scheme.ATTENTION:  # a fused attention: sim/attention_run.py
+        return run_flash(graph, index, label, node, tiling, stored, dram, capacity_bytes, acc)
     chip = OnChip(capacity_bytes, label)
     run = _TiledRun(graph, index, node, stored, dram, chip, matmul, acc)
     scheme = {

@@ -49,6 +49,9 @@ Schemes (a *box* is one index along some axes, a range along one, full along the
   rows are fetched ``t_k`` features at a time and accumulated; the bias is added once and the
   box written. The input is re-read once per output-column block. Taken only when no
   ``matrix`` box fits.
+- ``attention`` — a fused attention (P5): the flash scheme of :mod:`fusiontune.sim.attention`
+  (Q tiles, K/V streamed past them or resident, online softmax). Always taken for such an op,
+  whether or not it would fit one row at a time: it is how the op runs.
 - ``matmul`` — MatMul of two activations ``(..., M, K) @ (..., K, N)``: per batch index,
   output blocks of ``m`` rows and ``n`` columns; each block reads its rows of the left
   operand and its columns of the right one, so the right operand is re-read once per row
@@ -69,10 +72,18 @@ from enum import Enum
 
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
-from fusiontune.ops import def_of, is_global_pool, uses_batch_stats
+from fusiontune.ops import (
+    AttentionRole,
+    attention_role,
+    def_of,
+    fused_attention_problem,
+    is_global_pool,
+    uses_batch_stats,
+)
 from fusiontune.ops.base import attr
 from fusiontune.ops.window import Window
 from fusiontune.planner.plan import Group, Mode
+from fusiontune.sim.attention import plan_flash
 from fusiontune.sim.capacity import group_peak
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.rows import WINDOW_ROW_AXIS, RowKind, RowMap, row_axes, stats_axes
@@ -99,6 +110,7 @@ class Scheme(str, Enum):
     MATRIX = "matrix"
     WINDOW_SPLIT = "window_split"
     MATRIX_SPLIT = "matrix_split"
+    ATTENTION = "attention"
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,7 @@ class Tiling:
         chunks: the boxes of the ``point``, ``reduce``, ``copy``, ``matrix`` and
             ``matrix_split`` schemes.
         tile: ``window``: ``(t_w, t_c)``; ``reduce``: ``(t_c,)``; ``matmul``: ``(m, n)``;
+            ``attention``: ``(m, n, resident)`` (:mod:`fusiontune.sim.attention`);
             ``window_split``: ``(t_w, t_c, t_r, t_k)``; ``matrix_split``: ``(t_k,)``.
         reason: why the op cannot run even tiled (empty when it can).
         streamed: ``point``: per op input, read box by box (else held whole, read once).
@@ -216,8 +229,8 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     """The tiled schedule of ``group`` on ``hw``, or ``None`` when it runs by rows.
 
     Only a group of one op whose one-row schedule (:func:`fusiontune.sim.capacity.group_peak`)
-    overflows ``hw.buffer_bytes`` is tiled. Cached per (graph, op, buffer, act_bytes,
-    partial-sum size).
+    overflows ``hw.buffer_bytes`` is tiled, and a fused attention always (its flash scheme).
+    Cached per (graph, op, buffer, act_bytes, partial-sum size).
     """
     if len(group.ops) != 1:
         return None
@@ -232,7 +245,7 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     op = graph.op_by_name[group.ops[0]]
     tensors = (*graph.activation_inputs(op), *(t for t in op.outputs if t))
     whole = 2 * sum(_numel(graph, t) for t in tensors)  # > every tensor whole + accumulators
-    if whole > cap and not _fits_by_rows(graph, solo, cap):
+    if _is_flash(graph, op) or (whole > cap and not _fits_by_rows(graph, solo, cap)):
         (node,) = group_structure(graph, solo)
         hit = plan_tiling(graph, node, stored_tensors(graph, solo), cap, ab, acc)
         if not hit.feasible and hit.peak_elems == 0:
@@ -283,6 +296,8 @@ def plan_tiling(
         plan = _plan_copy(graph, op, cap)
     elif def_of(op).concatenates:
         plan = _plan_concat(graph, op, cap)
+    elif _is_flash(graph, op):
+        plan = _plan_attention(graph, op, cap, acc)
     elif def_of(op).activation_matmul and p is None and len(graph.activation_inputs(op)) == 2:
         plan = _plan_matmul(graph, op, cap)
     elif rm.kind is RowKind.POINT and p is not None and p.kind == "matrix":
@@ -652,6 +667,20 @@ def _plan_matmul(graph: Graph, op: Op, cap: int) -> Tiling:
     traffic, _, m, n = best
     out = batch * m_rows * n_cols
     return Tiling(op.name, Scheme.MATMUL, traffic, out, m * k + k * n + m * n, tile=(m, n))
+
+
+# ---- attention (the flash scheme, sim/attention.py) ---------------------------------------------
+def _is_flash(graph: Graph, op: Op) -> bool:
+    """A fused attention in the form its flash scheme runs."""
+    return attention_role(op) is AttentionRole.FUSED and fused_attention_problem(graph, op) is None
+
+
+def _plan_attention(graph: Graph, op: Op, cap: int, acc: int) -> Tiling:
+    f = plan_flash(graph, op, cap, acc)
+    if f.reason:
+        return _refuse(op.name, f.reason, f.peak_elems)
+    return Tiling(op.name, Scheme.ATTENTION, f.read_elems, f.write_elems, f.peak_elems,
+                  tile=(f.m, f.n, int(f.resident)))  # fmt: skip
 
 
 # ---- matrix (a constant weight, by rows) ------------------------------------------------------

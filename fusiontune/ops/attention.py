@@ -1,0 +1,276 @@
+"""Fused attention: ``Y = softmax(scale * Q·Kᵀ + mask) · V`` per head, as one op.
+
+The op is ONNX's ``Attention`` (opset 23) in the form the attention pattern (P5,
+``planner/attention.py``) produces and the importer keeps: 4-D ``Q [B, H, Nq, d]``,
+``K [B, H, Nk, d]``, ``V [B, H, Nk, dv]``, an optional float ``attn_mask`` added to the scores
+(broadcast to ``[B, H, Nq, Nk]``), ``scale`` (default ``1/sqrt(d)``) and output 0 only. Other
+forms (3-D inputs, grouped heads, ``is_causal``, ``softcap``, a boolean mask, past keys and
+values, extra outputs) are OPAQUE with the reason (:func:`_unsupported`).
+
+It is OPAQUE (a group of its own: it runs on the digital units, not on crossbars) and its
+executor scheme is the *flash* one (``AttentionRole.FUSED``, ``sim/attention.py``): tiles of
+K and V stream past a tile of Q with an online softmax (running max, running sum, rescaled
+accumulator), so the ``Nq x Nk`` scores never leave the chip. The reference kernel computes
+the scores whole; the fused kernel (:func:`online_attention`) runs the online softmax over
+K/V blocks, the same arithmetic as the executor's tiles.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fusiontune.errors import FusiontuneError, ShapeError
+from fusiontune.ops.base import (
+    Array,
+    AttentionRole,
+    Inputs,
+    OpDef,
+    Shapes,
+    Tensors,
+    arg,
+    attr,
+)
+
+if TYPE_CHECKING:
+    from fusiontune.ir.graph import Graph, Op
+
+ATTENTION = "Attention"
+"""The fused op type (written by ``planner/attention.py`` through this constant)."""
+ATTENTION_OPSET = 23
+"""The first ONNX opset with the ``Attention`` op."""
+MASK_INPUT = 3
+ONLINE_BLOCK = 16
+"""K/V rows per step of :func:`online_attention` (the fused kernel on whole arrays)."""
+ALU_OPS_PER_SCORE_FIXED = 5
+"""ALU ops per score besides the two dot products: scale, mask add, max, exp, sum."""
+
+_DEFAULTS = {
+    "is_causal": 0,
+    "kv_num_heads": 0,
+    "q_num_heads": 0,
+    "qk_matmul_output_mode": 0,
+    "scale": None,
+    "softcap": 0.0,
+    "softmax_precision": 0,
+}
+
+
+def scale_of(op: Op, head_dim: int) -> float:
+    """The op's ``scale`` attribute, or ONNX's default ``1/sqrt(head_dim)``."""
+    s = attr(op, "scale")
+    return 1.0 / math.sqrt(head_dim) if s is None else float(s)
+
+
+# ---- the online softmax (FlashAttention), shared with the executor's tiles ---------------------
+def online_init(rows: int, dv: int) -> tuple[Array, Array, Array]:
+    """The running max ``m`` (−inf), running sum ``l`` (0) and accumulator ``o`` (0) of
+    ``rows`` query rows."""
+    m = np.full((rows, 1), -np.inf, np.float32)
+    return m, np.zeros((rows, 1), np.float32), np.zeros((rows, dv), np.float32)
+
+
+def online_step(
+    state: tuple[Array, Array, Array],
+    q: Array,
+    k: Array,
+    v: Array,
+    scale: float,
+    mask: Array | None,
+) -> tuple[Array, Array, Array]:
+    """Fold one K/V block into the state of a Q tile: scores ``s = scale·q·kᵀ (+ mask)``,
+    new max ``m' = max(m, rowmax s)``, ``l' = e^(m-m')·l + Σ e^(s-m')``,
+    ``o' = e^(m-m')·o + e^(s-m')·v``."""
+    m, total, o = state
+    s = (q @ k.T) * np.float32(scale)
+    if mask is not None:
+        s = s + mask
+    m_new = np.maximum(m, s.max(axis=1, keepdims=True))
+    # a row whose every score so far is -inf keeps m = -inf: exp(-inf - -inf) would be nan
+    safe = np.where(np.isneginf(m_new), np.float32(0), m_new)
+    p = np.exp(s - safe)
+    alpha = np.exp(m - safe)
+    return m_new, alpha * total + p.sum(axis=1, keepdims=True), alpha * o + p @ v
+
+
+def online_finish(state: tuple[Array, Array, Array]) -> Array:
+    """The output rows ``o / l`` of a finished Q tile."""
+    _, total, o = state
+    return (o / total).astype(np.float32)
+
+
+def mask_block(mask: Array | None, b: int, h: int, rows: slice, cols: slice) -> Array | None:
+    """The 2-D part of a (broadcast, right-aligned) mask for head ``(b, h)`` and a tile."""
+    if mask is None:
+        return None
+    m4 = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+    s4: tuple[int, ...] = tuple(m4.shape)
+    bi, hi = (0 if s4[0] == 1 else b), (0 if s4[1] == 1 else h)
+    r = slice(0, 1) if s4[2] == 1 else rows
+    c = slice(0, 1) if s4[3] == 1 else cols
+    return m4[bi, hi, r, c]
+
+
+def online_attention(op: Op, inputs: Inputs, block: int = ONLINE_BLOCK) -> list[Array]:
+    """The fused kernel: the online softmax over K/V blocks of ``block`` rows, per head."""
+    q, k, v, mask = _operands(inputs)
+    bq, hq, nq, d = q.shape
+    scale = scale_of(op, d)
+    out = np.empty((bq, hq, nq, v.shape[-1]), np.float32)
+    for b, h in np.ndindex(bq, hq):
+        state = online_init(nq, v.shape[-1])
+        for k0 in range(0, k.shape[2], block):
+            cols = slice(k0, min(k0 + block, k.shape[2]))
+            part = mask_block(mask, b, h, slice(0, nq), cols)
+            state = online_step(state, q[b, h], k[b, h, cols], v[b, h, cols], scale, part)
+        out[b, h] = online_finish(state)
+    return [out]
+
+
+def _reference(op: Op, inputs: Inputs) -> list[Array]:
+    """Scores whole: ``softmax(scale·Q·Kᵀ + mask, axis=-1)·V`` (ONNX Attention, opset 23)."""
+    q, k, v, mask = _operands(inputs)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale_of(op, q.shape[-1]))
+    if mask is not None:
+        s = s + mask
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    return [np.matmul(p, v).astype(np.float32)]
+
+
+def _operands(inputs: Inputs) -> tuple[Array, Array, Array, Array | None]:
+    q, k, v = inputs[0], inputs[1], inputs[2]
+    assert q is not None and k is not None and v is not None
+    mask = arg(inputs, MASK_INPUT)
+    return (
+        np.asarray(q, np.float32),
+        np.asarray(k, np.float32),
+        np.asarray(v, np.float32),
+        None if mask is None else np.asarray(mask, np.float32),
+    )
+
+
+def _shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
+    q, k, v = ins[0], ins[1], ins[2]
+    if q is None or k is None or v is None:
+        return [None] * n_out
+    if len(q) != 4 or len(k) != 4 or len(v) != 4:
+        return [None] * n_out  # the 3-D form is OPAQUE (its shapes from onnx)
+    if q[-1] != k[-1] or k[2] != v[2] or k[:2] != v[:2]:
+        raise ShapeError(
+            f"op '{op.name}' (Attention): Q {q}, K {k} and V {v} do not agree "
+            "(need Q [B,H,Nq,d], K [B,H,Nk,d], V [B,H,Nk,dv])"
+        )
+    return [(*q[:-1], v[-1]), *([None] * (n_out - 1))]
+
+
+def _unsupported(op: Op, tensors: Tensors) -> str | None:
+    """Why this Attention is outside the fused form (``None``: supported)."""
+    for key in ("is_causal", "softcap", "qk_matmul_output_mode"):
+        if attr(op, key):
+            return f"attribute {key}={attr(op, key)} is not supported (only 0)"
+    if len(op.inputs) > MASK_INPUT + 1 and any(op.inputs[MASK_INPUT + 1 :]):
+        return "past_key/past_value inputs are not supported"
+    if any(op.outputs[1:]):
+        return "only output 0 (Y) is supported"
+    shapes = [tensors[t].shape if t in tensors else None for t in op.inputs[:3]]
+    if any(s is None or len(s) != 4 for s in shapes):
+        return "only 4-D Q, K, V [B, H, N, d] are supported"
+    q, k, _ = shapes
+    assert q is not None and k is not None
+    if q[:2] != k[:2]:
+        return f"Q {q} and K {k} differ in batch or heads (grouped heads are not supported)"
+    if len(op.inputs) > MASK_INPUT and op.inputs[MASK_INPUT]:
+        mask = tensors.get(op.inputs[MASK_INPUT])
+        if mask is not None:
+            problem = mask_problem(mask.shape, (*q[:3], k[2]), mask.dtype)
+            if problem:
+                return problem
+    return None
+
+
+def mask_problem(mask: tuple[int, ...], scores: tuple[int, ...], dtype: str) -> str | None:
+    """Why a mask cannot be added to scores of shape ``scores`` inside the fused op."""
+    if dtype != "float32":
+        return f"mask of dtype {dtype} is not supported (an additive float32 mask only)"
+    if len(mask) > len(scores):
+        return f"mask {mask} has more axes than the scores {scores}"
+    tail = scores[len(scores) - len(mask) :]
+    if any(m not in (1, s) for m, s in zip(mask, tail)):
+        return f"mask {mask} does not broadcast to the scores {scores} (it would grow them)"
+    return None
+
+
+def _export(
+    op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
+) -> tuple[list[str], dict[str, Any], list[str]]:
+    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name."""
+    if opset < ATTENTION_OPSET:
+        raise FusiontuneError(
+            f"op '{op.name}' (Attention): ONNX has the Attention op from opset "
+            f"{ATTENTION_OPSET} on; export with opset >= {ATTENTION_OPSET} (asked: {opset})"
+        )
+    if attrs.get("scale") is None:
+        attrs.pop("scale", None)
+    return inputs, attrs, outputs
+
+
+def _element_ops(graph: Graph, op: Op) -> int:
+    """ALU ops: per score a dot product of ``d`` (two ops each), its share of ``P·V``
+    (``2 dv``) and :data:`ALU_OPS_PER_SCORE_FIXED`."""
+    q = graph.tensors[op.inputs[0]].shape
+    k = graph.tensors[op.inputs[1]].shape
+    v = graph.tensors[op.inputs[2]].shape
+    scores = math.prod(q[:-1]) * k[-2]
+    return scores * (2 * q[-1] + 2 * v[-1] + ALU_OPS_PER_SCORE_FIXED)
+
+
+OPS: tuple[OpDef, ...] = (
+    OpDef(
+        ATTENTION,
+        defaults=_DEFAULTS,
+        shape=_shape,
+        reference=_reference,
+        fused=online_attention,
+        unsupported=_unsupported,
+        element_ops=_element_ops,
+        export=_export,
+        attention_role=AttentionRole.FUSED,
+    ),
+)
+
+
+# ---- ops the attention pattern writes (planner/attention.py asks for them here) ---------------
+KEYS_LAST = (0, 1, 3, 2)
+"""The permutation that swaps the last two axes of a 4-D tensor (``Kᵀ`` <-> ``K``)."""
+
+
+def attention_op(name: str, q: str, k: str, v: str, mask: str | None, y: str, scale: float) -> Op:
+    """The fused op: ``Y = softmax(scale·Q·Kᵀ + mask)·V`` (ONNX ``Attention``, opset 23)."""
+    from fusiontune.ir.graph import Op
+
+    inputs = (q, k, v) if mask is None else (q, k, v, mask)
+    return Op(name, ATTENTION, inputs, (y,), {"scale": float(scale)})
+
+
+def transpose_op(name: str, x: str, y: str, perm: tuple[int, ...]) -> Op:
+    """A ``Transpose`` (the pattern's ``K`` from a ``Kᵀ`` or a head split it cannot absorb)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Transpose", (x,), (y,), {"perm": tuple(int(p) for p in perm)})
+
+
+def where_op(name: str, cond: str, x: str, y: str, out: str) -> Op:
+    """A ``Where`` (a boolean mask turned additive: ``where(c, 0, fill)``)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Where", (cond, x, y), (out,))
+
+
+def add_op(name: str, a: str, b: str, out: str) -> Op:
+    """An ``Add`` (two additive masks summed)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Add", (a, b), (out,))
