@@ -377,6 +377,34 @@ def test_sweep_resumes_a_file_killed_between_steps(tmp_path: Path) -> None:
     assert list(steps) == ["load"] and not steps["load"]["ok"]
 
 
+def test_sweep_step_budget_is_cpu_time_not_wall_time() -> None:
+    """A step that waits (no CPU) longer than its budget is not timed out; one that computes
+    past it is."""
+    import subprocess
+
+    sweep = _load("exp_sweep")
+    sleeper = "import time; time.sleep(2.5); print('done', flush=True)"
+    proc = subprocess.Popen([sys.executable, "-c", sleeper], stdout=subprocess.PIPE)
+    assert sweep._read_line(proc, 1.0, bytearray()) == "done"
+    proc.wait()
+    spinner = "while True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", spinner], stdout=subprocess.PIPE)
+    assert sweep._read_line(proc, 0.5, bytearray()) is None
+    proc.kill()
+    proc.wait()
+
+
+def test_sweep_reruns_steps_of_the_former_wall_clock_budget() -> None:
+    sweep = _load("exp_sweep")
+    skipped = "skipped: 2 steps of this file timed out"
+    steps = {"load": {"ok": True}, "greedy": {"ok": False, "error": "timed out after 120 s"},
+             "count": {"ok": False, "error": "timed out after 120 s of CPU"},
+             "optimum": {"ok": False, "error": skipped}}  # fmt: skip
+    assert list(sweep._without_wall_timeouts(steps)) == ["load", "count"]
+    del steps["greedy"]
+    assert sweep._without_wall_timeouts(steps) is steps  # CPU timeouts stand
+
+
 def test_sweep_progress_line_counts_pending_files() -> None:
     sweep = _load("exp_sweep")
     rows = [{"model": "a", "exporter": "dynamo", "done": True},
