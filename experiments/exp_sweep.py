@@ -1045,8 +1045,9 @@ def command_line(args: argparse.Namespace) -> str:
             parts.append(f"{flag} {value}")
     if args.exporters != ",".join(EXPORTERS):
         parts.append(f"--exporters {args.exporters}")
-    if args.no_export:
-        parts.append("--no-export")
+    for flag in ("no_export", "reuse_stale", "cached_only"):
+        if getattr(args, flag):
+            parts.append("--" + flag.replace("_", "-"))
     if args.cache != str(CACHE_DIR):
         parts.append("--cache DIR")
     if args.analysis_dir:
