@@ -9,6 +9,7 @@ byte counts where they can be worked out by hand.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -350,6 +351,68 @@ def test_sweep_analyses_a_cached_export_without_torch(tmp_path: Path) -> None:
     stamp = cached.stat().st_mtime_ns
     assert sweep.main([*args, "--cached-only"]) == 0
     assert cached.stat().st_mtime_ns == stamp
+
+
+def test_sweep_resumes_a_file_killed_between_steps(tmp_path: Path) -> None:
+    """A partial analysis (written after every step) with the same key is resumed: its steps
+    are kept as they are and only the missing one runs; another key starts over."""
+    import shutil
+
+    sweep = _load("exp_sweep")
+    path = tmp_path / "neck.torchscript.onnx"
+    shutil.copy(Path(__file__).parent / "data" / "onnx_forms" / "fpn_neck.onnx", path)
+    key = {"file_sha256": "x", "fusiontune": "y"}
+    done = {s: {"step": s, "ok": True, "marker": 1} for s in sweep.STEPS if s != "cli_count"}
+    partial = tmp_path / "neck.torchscript.analysis.partial.json"
+    (tmp_path / "neck.torchscript.optimum.json").write_text("{}")  # the optimum's plan
+    partial.write_text(json.dumps({"key": key, "steps": done}))
+    steps = sweep.analyse_file(path, 120.0, tmp_path, key)
+    assert [s for s in sweep.STEPS if steps[s].get("marker") != 1] == ["cli_count"]
+    assert steps["cli_count"]["ok"] and steps["cli_count"]["cli_count_s"] > 0
+    # the partial file now holds every step; under another key nothing of it is kept (the
+    # file, no longer ONNX, then fails to load: the steps really ran again)
+    assert set(json.loads(partial.read_text())["steps"]) == set(sweep.STEPS)
+    path.write_text("not onnx")
+    steps = sweep.analyse_file(path, 120.0, tmp_path, {**key, "fusiontune": "z"})
+    assert list(steps) == ["load"] and not steps["load"]["ok"]
+
+
+def test_sweep_step_budget_is_cpu_time_not_wall_time() -> None:
+    """A step that waits (no CPU) longer than its budget is not timed out; one that computes
+    past it is."""
+    import subprocess
+
+    sweep = _load("exp_sweep")
+    sleeper = "import time; time.sleep(2.5); print('done', flush=True)"
+    proc = subprocess.Popen([sys.executable, "-c", sleeper], stdout=subprocess.PIPE)
+    assert sweep._read_line(proc, 1.0, bytearray()) == "done"
+    proc.wait()
+    spinner = "while True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", spinner], stdout=subprocess.PIPE)
+    assert sweep._read_line(proc, 0.5, bytearray()) is None
+    proc.kill()
+    proc.wait()
+
+
+def test_sweep_reruns_steps_of_the_former_wall_clock_budget() -> None:
+    sweep = _load("exp_sweep")
+    skipped = "skipped: 2 steps of this file timed out"
+    steps = {"load": {"ok": True}, "greedy": {"ok": False, "error": "timed out after 120 s"},
+             "count": {"ok": False, "error": "timed out after 120 s of CPU"},
+             "optimum": {"ok": False, "error": skipped}}  # fmt: skip
+    assert list(sweep._without_wall_timeouts(steps)) == ["load", "count"]
+    del steps["greedy"]
+    assert sweep._without_wall_timeouts(steps) is steps  # CPU timeouts stand
+
+
+def test_sweep_progress_line_counts_pending_files() -> None:
+    sweep = _load("exp_sweep")
+    rows = [{"model": "a", "exporter": "dynamo", "done": True},
+            {"model": "b", "exporter": "dynamo", "done": False}]  # fmt: skip
+    line = sweep.progress_line(rows, 4)
+    assert line.startswith("**1 of 4 (model, exporter) files done**")
+    assert "1 exported but not analysed yet (b/dynamo), 2 not exported yet" in line
+    assert sweep.progress_line(rows[:1], 1) == "**1 of 1 (model, exporter) files done**."
 
 
 def test_sweep_failure_reasons_group_across_models() -> None:
