@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusiontune.errors import FusiontuneError, InputSizeError, ModelLoadError, ShapeError, closest
-from fusiontune.frontend.zoo_attention import ATTENTION_MODELS
+from fusiontune.frontend.zoo_attention import ATTENTION_MODELS, encoder_tail
 from fusiontune.frontend.zoo_llm import TINY_SEQ, llama_tiny
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
@@ -358,15 +358,7 @@ def _encoder_layer(
     scores = b.op("MatMul", [q, k], name=f"{p}attn.scores")
     scale = b.const(f"{p}attn.scale.divisor", np.float32(math.sqrt(head_dim)))
     scores = b.op("Div", [scores, scale], name=f"{p}attn.scale")
-    probs = b.op("Softmax", [scores], {"axis": -1}, name=f"{p}attn.softmax")
-    ctx = b.op("MatMul", [probs, v], name=f"{p}attn.context")
-    ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name=f"{p}attn.merge")
-    ctx = b.reshape(ctx, (batch, seq, hidden), name=f"{p}attn.merge.reshape")
-    y = b.matmul(ctx, hidden, name=f"{p}attn.out")
-    x = b.layernorm(b.add(y, x, name=f"{p}attn.residual"), name=f"{p}attn.layernorm")
-    h = b.act("Gelu", b.matmul(x, ffn, name=f"{p}ffn.fc1"), name=f"{p}ffn.gelu")
-    y = b.matmul(h, hidden, name=f"{p}ffn.fc2")
-    return b.layernorm(b.add(y, x, name=f"{p}ffn.residual"), name=f"{p}ffn.layernorm")
+    return encoder_tail(b, scores, v, x, batch, seq, hidden, ffn, p)
 
 
 def deep_encoder(

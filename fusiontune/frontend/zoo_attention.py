@@ -78,6 +78,24 @@ def attention_block(
         raise ValueError(f"unknown attention form '{form}' (allowed: {TORCHSCRIPT}, {DYNAMO})")
     if mask is not None:
         scores = b.op("Add", [scores, mask], name=f"{p}attn.mask")
+    return encoder_tail(b, scores, v, x, batch, seq, hidden, ffn, p)
+
+
+def encoder_tail(
+    b: GraphBuilder,
+    scores: str,
+    v: str,
+    x: str,
+    batch: int,
+    seq: int,
+    hidden: int,
+    ffn: int,
+    prefix: str,
+) -> str:
+    """The rest of a post-LN encoder layer from its attention scores: Softmax, P.V, heads
+    merged, output projection, residual + LayerNorm, Gelu FFN, residual + LayerNorm (the
+    zoo's ``bert_encoder`` and the attention blocks share it); returns the layer's output."""
+    p = prefix
     probs = b.op("Softmax", [scores], {"axis": -1}, name=f"{p}attn.softmax")
     ctx = b.op("MatMul", [probs, v], name=f"{p}attn.context")
     ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name=f"{p}attn.merge")

@@ -226,24 +226,26 @@ class Problem:
         extremes = [(knob, knob_extremes(knob)) for knob in self.space.knobs]
         for knob, values in extremes:
             for value in values:
-                try:
-                    self.base_hw.replace(**{knob.name: value})
-                except ConfigError as exc:
-                    reason = str(exc).removeprefix("overrides: ")
-                    raise ConfigError(
-                        f"{self.space.source}: knobs.{knob.name} = {value!r}: {reason}"
-                    ) from exc
+                self._check_chip(
+                    {knob.name: value}, f"{self.space.source}: knobs.{knob.name} = {value!r}"
+                )
         for (a, a_values), (b, b_values) in itertools.combinations(extremes, 2):
             for va, vb in itertools.product(a_values, b_values):
-                try:
-                    self.base_hw.replace(**{a.name: va, b.name: vb})
-                except ConfigError as exc:
-                    reason = str(exc).removeprefix("overrides: ")
-                    raise ConfigError(
-                        f"{self.space.source}: knobs.{a.name} = {va!r} with knobs.{b.name} = "
-                        f"{vb!r} makes an invalid chip: {reason}; narrow the two ranges so "
-                        "every combination is valid"
-                    ) from exc
+                self._check_chip(
+                    {a.name: va, b.name: vb},
+                    f"{self.space.source}: knobs.{a.name} = {va!r} with knobs.{b.name} = "
+                    f"{vb!r} makes an invalid chip",
+                    "; narrow the two ranges so every combination is valid",
+                )
+
+    def _check_chip(self, overrides: dict[str, Any], where: str, advice: str = "") -> None:
+        """Refuse ``overrides`` of the base chip that make an invalid chip: the message is
+        ``where: <the hardware's reason><advice>``."""
+        try:
+            self.base_hw.replace(**overrides)
+        except ConfigError as exc:
+            reason = str(exc).removeprefix("overrides: ")
+            raise ConfigError(f"{where}: {reason}{advice}") from exc
 
     def _check_chip_range(self, knob: Knob) -> None:
         """Every value of an integer range on a chip-layout key must give a chip the placement
@@ -264,14 +266,11 @@ class Problem:
                 f"choices, or a step so that at most {CHIP_RANGE_MAX_VALUES} values are checked"
             )
         for value in values:
-            try:
-                self.base_hw.replace(**{knob.name: value})
-            except ConfigError as exc:
-                reason = str(exc).removeprefix("overrides: ")
-                raise ConfigError(
-                    f"{where} = {value!r} (inside {values[0]} .. {values[-1]}): {reason}; give "
-                    f"choices or a step that keep every value valid"
-                ) from exc
+            self._check_chip(
+                {knob.name: value},
+                f"{where} = {value!r} (inside {values[0]} .. {values[-1]})",
+                "; give choices or a step that keep every value valid",
+            )
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         """Optuna distribution of every decision variable (as :meth:`decode` suggests them)."""
