@@ -24,6 +24,7 @@ DEVELOPERS.md "Activation traffic" and must equal ``simulate(...)``'s activation
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -162,25 +163,35 @@ def group_order(graph: Graph, plan: Plan) -> list[int]:
         IllegalPlanError: the groups depend on each other in a cycle (a non-convex group).
     """
     group_of = plan.group_of()
+    n = len(plan.groups)
     needs: list[set[int]] = [set() for _ in plan.groups]
     for i, g in enumerate(plan.groups):
         for name in g.ops:
             for pred in graph.predecessors(name):
                 if group_of[pred] != i:
                     needs[i].add(group_of[pred])
+    waiting = [len(s) for s in needs]
+    users: list[list[int]] = [[] for _ in plan.groups]
+    for i, s in enumerate(needs):
+        for j in s:
+            users[j].append(i)
+    ready = [i for i in range(n) if not waiting[i]]  # a heap: the first ready group in plan order
     order: list[int] = []
-    done: set[int] = set()
-    while len(order) < len(plan.groups):
-        ready = [i for i in range(len(plan.groups)) if i not in done and needs[i] <= done]
-        if not ready:
-            stuck = [plan.groups[i].ops[0] for i in range(len(plan.groups)) if i not in done]
-            raise IllegalPlanError(
-                "groups starting at "
-                + ", ".join(f"'{s}'" for s in stuck[:4])
-                + " depend on each other in a cycle: a group is not convex (rule 1)"
-            )
-        order.append(ready[0])
-        done.add(ready[0])
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in users[i]:
+            waiting[k] -= 1
+            if not waiting[k]:
+                heapq.heappush(ready, k)
+    if len(order) < n:
+        done = set(order)
+        stuck = [plan.groups[i].ops[0] for i in range(n) if i not in done]
+        raise IllegalPlanError(
+            "groups starting at "
+            + ", ".join(f"'{s}'" for s in stuck[:4])
+            + " depend on each other in a cycle: a group is not convex (rule 1)"
+        )
     return order
 
 
