@@ -13,6 +13,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import dag_graphs
 
 from fusiontune.errors import CapacityError
 from fusiontune.frontend.zoo import build_zoo, zoo_models
@@ -144,3 +147,42 @@ def test_flat_chip_measures_no_network() -> None:
     graph, hw = build_zoo("resnet18", input_size=32), load_hardware("isaac_reram")
     run = execute(graph, unfused_plan(graph), random_inputs(graph), hw=hw, band_rows=1)
     assert (run.noc_bytes, run.noc_byte_hops, run.core_peak_buffer_bytes) == (0, 0, ())
+
+
+# ---- random graphs and plans on a small chip of small crossbars -------------------------------
+_TINY = {  # 8 x 8 crossbars, one per core: a 3x3 conv of 4 channels spans 10 tiles on 8 cores
+    "mesh": HardwareConfig(n_crossbars=8, buffer_bytes=8 << 20, cores=8, mesh_width=4,
+                           crossbar_rows=8, crossbar_cols=8),
+    "cmesh": HardwareConfig(n_crossbars=8, buffer_bytes=8 << 20, cores=8, topology="cmesh",
+                            concentration=2, crossbar_rows=8, crossbar_cols=8),
+    "bus": HardwareConfig(n_crossbars=8, buffer_bytes=8 << 20, cores=8, topology="bus",
+                          crossbar_rows=8, crossbar_cols=8),
+}  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dag_graphs(max_ops=7), st.integers(0, 2**16), st.sampled_from(sorted(_TINY)))
+def test_random_dags_and_plans_measure_the_model(graph: Graph, seed: int, chip: str) -> None:
+    """Every op class (upsampling, training BN, MatMul of activations...), row- and
+    column-split matrices, tensors read on several cores, the three topologies."""
+    hw = _TINY[chip]
+    plan = random_plan(graph, np.random.default_rng(seed))
+    inputs = random_inputs(graph)
+    run = execute(graph, plan, inputs, hw=hw, band_rows=1)
+    check_cores(graph, plan, run, hw)
+    flat = execute(graph, plan, inputs, hw=_flat(hw), band_rows=1)
+    for t in graph.outputs:
+        assert np.array_equal(run.outputs[t], flat.outputs[t]), t
+
+
+def test_network_bytes_do_not_depend_on_bands_and_cim_numerics_are_the_flat_ones() -> None:
+    """Bands of any height send the same rows; per-core peaks grow with the bands."""
+    graph, hw = build_zoo("mobilenet_v2", input_size=32), load_hardware("isaac_168")
+    plan, inputs = greedy_plan(graph, hw=hw), random_inputs(graph)
+    one = execute(graph, plan, inputs, hw=hw, numerics="cim", band_rows=1)
+    auto = execute(graph, plan, inputs, hw=hw, numerics="cim")
+    assert (auto.noc_bytes, auto.noc_byte_hops) == (one.noc_bytes, one.noc_byte_hops) != (0, 0)
+    assert max(auto.core_peak_buffer_bytes) >= max(one.core_peak_buffer_bytes)
+    flat = execute(graph, plan, inputs, hw=_flat(hw), numerics="cim", band_rows=1)
+    for t in graph.outputs:
+        assert np.array_equal(one.outputs[t], flat.outputs[t]), t

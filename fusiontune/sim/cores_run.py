@@ -65,6 +65,9 @@ class Network:
     def tiles(self, stage: StagePlacement, out_elems: int) -> None:
         """A LINEAR stage computed ``out_elems`` output elements: the transfers between its
         tiles (scatter, partial sums, gather) for the vectors those elements are."""
+        assert len(stage.tile_cores) == (
+            stage.copies * stage.count * stage.row_tiles * stage.col_tiles
+        ), f"{stage.ops[0]}: the placement lists no core for some of its tiles (tile_cores)"
         per_vector = sum(stage.col_outputs) * stage.count
         vectors, extra = divmod(out_elems, per_vector)
         assert not extra, f"{stage.ops[0]}: {out_elems} outputs are not whole vectors"
@@ -200,12 +203,25 @@ class CoreGroupRunner(GroupRunner):
             self.network.send(src, core, n_bytes)
         stage = self.stage_of.get(node.name)
         if stage is not None:
+            _check_columns(node, stage, rows)
             self.network.tiles(stage, int(rows.size))
 
     def core_peaks(self) -> dict[int, int]:
         chip = self.chip
         assert isinstance(chip, CoreBuffers)
         return chip.core_peaks()
+
+
+def _check_columns(node: Node, stage: StagePlacement, rows: Array) -> None:
+    """The stage's column tiles cover the output features of the array its kernel made."""
+    p = node.linear
+    assert p is not None, f"{node.name}: a crossbar stage without weights"
+    cols = sum(stage.col_outputs)
+    if p.kind == "matrix":  # (..., features): the other matrices lie along the batch axes
+        have, want = rows.shape[p.out_axis], cols
+    else:  # a convolution's channels: ``count`` groups of ``cols`` each
+        have, want = rows.shape[1], cols * stage.count
+    assert have == want, f"{node.name}: {have} output features, its column tiles hold {want}"
 
 
 def run_group_on_cores(
