@@ -24,7 +24,6 @@ DEVELOPERS.md "Activation traffic" and must equal ``simulate(...)``'s activation
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +44,7 @@ from fusiontune.sim.structure import (  # re-exported: the executor's compiled g
     Node,
     compile_group,
     external_inputs,
+    group_order,
     group_structure,
     stored_tensors,
 )
@@ -151,48 +151,6 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
             )
         out[name] = value
     return out
-
-
-def group_order(graph: Graph, plan: Plan) -> list[int]:
-    """Indices of the plan's groups in an order that respects their data dependences.
-
-    Usually plan order; a convex group may still need a later-listed group's output (groups
-    ``{a, c}`` and ``{b}`` with ``c`` reading ``b``), so this sorts topologically (stable).
-
-    Raises:
-        IllegalPlanError: the groups depend on each other in a cycle (a non-convex group).
-    """
-    group_of = plan.group_of()
-    n = len(plan.groups)
-    needs: list[set[int]] = [set() for _ in plan.groups]
-    for i, g in enumerate(plan.groups):
-        for name in g.ops:
-            for pred in graph.predecessors(name):
-                if group_of[pred] != i:
-                    needs[i].add(group_of[pred])
-    waiting = [len(s) for s in needs]
-    users: list[list[int]] = [[] for _ in plan.groups]
-    for i, s in enumerate(needs):
-        for j in s:
-            users[j].append(i)
-    ready = [i for i in range(n) if not waiting[i]]  # a heap: the first ready group in plan order
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for k in users[i]:
-            waiting[k] -= 1
-            if not waiting[k]:
-                heapq.heappush(ready, k)
-    if len(order) < n:
-        done = set(order)
-        stuck = [plan.groups[i].ops[0] for i in range(n) if i not in done]
-        raise IllegalPlanError(
-            "groups starting at "
-            + ", ".join(f"'{s}'" for s in stuck[:4])
-            + " depend on each other in a cycle: a group is not convex (rule 1)"
-        )
-    return order
 
 
 def _check_partition(graph: Graph, plan: Plan) -> None:

@@ -34,7 +34,7 @@ from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import WeightMatrix, group_needs
-from fusiontune.sim.structure import group_structure
+from fusiontune.sim.structure import group_order, group_structure
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
@@ -398,8 +398,6 @@ def place_plan(
         hw: the chip (any core count; one core gives no network bytes).
         replication: copies per LINEAR op name (default 1 each).
     """
-    from fusiontune.sim.execute import group_order
-
     peaks = [0] * hw.cores
     used = [0] * hw.cores
     placed: list[PlacedGroup] = []
