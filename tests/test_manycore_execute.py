@@ -186,3 +186,27 @@ def test_network_bytes_do_not_depend_on_bands_and_cim_numerics_are_the_flat_ones
     flat = execute(graph, plan, inputs, hw=_flat(hw), numerics="cim", band_rows=1)
     for t in graph.outputs:
         assert np.array_equal(one.outputs[t], flat.outputs[t]), t
+
+
+@pytest.mark.parametrize(
+    "model", ["mlp_relu", "mlp_linear", "mlp_bottleneck", "mlp_wide", "lenet5"]
+)
+def test_merged_and_streamed_matrices_split_over_small_crossbars(model: str) -> None:
+    """16 cores of 16 x 16 crossbars, the unfused weights filling about 6 of them: merged (P3)
+    and streamed (P4) matrices of the MLPs and LeNet span several cores, so every kind of
+    tile transfer crosses the network."""
+    graph = build_zoo(model)
+    kw: dict[str, int] = {"cores": 16, "mesh_width": 4, "crossbar_rows": 16, "crossbar_cols": 16}
+    need = simulate(graph, unfused_plan(graph), HardwareConfig(**kw)).crossbars_needed
+    hw = HardwareConfig(n_crossbars=16 * -(-need // 6), buffer_bytes=16 << 20, **kw)
+    inputs = random_inputs(graph)
+    rng = np.random.default_rng(0)
+    plans = [greedy_plan(graph, hw=hw), optimal_plan(graph, hw).plan, random_plan(graph, rng)]
+    plans.append(unfused_plan(graph))
+    sent = []
+    for plan in plans:
+        assert plan is not None
+        run = execute(graph, plan, inputs, hw=hw, band_rows=1)
+        check_cores(graph, plan, run, hw)
+        sent.append(run.noc_bytes)
+    assert max(sent) > 0, sent
