@@ -12,13 +12,18 @@ runs the group's kernels as :class:`~fusiontune.sim.runner.GroupRunner` does, wi
   Each core's peak is measured.
 - **network** (:class:`Network`): every array a kernel appends to a tensor on its core is
   *sent* to each other core holding that tensor, counted at the sender's port with its hop
-  count (:func:`~fusiontune.sim.placement.hops`); every output array of a LINEAR node is
-  split over the crossbar tiles that computed it: the vectors it holds are dealt to the
-  stage's copies in order, and each tile's core receives its rows of those input vectors
-  (scatter), sends its partial sums to the core of row tile 0 of its column tile, which sends
-  its outputs to the stage's home (gather).
+  count (:func:`~fusiontune.sim.placement.hops`).
+- **crossbar tiles** (:meth:`Network.tile_products`): each band of a LINEAR node (a
+  convolution's im2col vectors, a matrix op's rows) is dealt to the stage's copies in order
+  and run tile by tile: each tile's core receives its rows of its copy's input vectors
+  (scatter), computes its partial sums and sends them to the core of row tile 0 of its
+  column tile, which adds them and sends the column tile's outputs home (gather); every
+  transfer is counted from the array moved, and in float numerics the gathered products must
+  equal the kernel's band. The kernel's own output flows on, so the numbers are the flat
+  executor's. Bands without such operands (a transposed convolution, a LINEAR node run whole,
+  a tiled singleton) are counted from the vectors of their output array (:meth:`Network.tiles`).
 - **tiled singletons** (:mod:`fusiontune.sim.tiled_run`) run on their op's core, in that
-  core's buffer; their LINEAR tiles are counted from the output elements the DMA wrote.
+  core's buffer; their vectors are the output elements the DMA wrote.
 
 DRAM is as in the flat executor: reads arrive at the core that consumes them, writes leave
 from the core that produced them, counted by :class:`~fusiontune.sim.runner.Dram` only.
@@ -26,7 +31,8 @@ from the core that produced them, counted by :class:`~fusiontune.sim.runner.Dram
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +40,11 @@ import numpy as np
 
 from fusiontune.errors import CapacityError
 from fusiontune.ir.graph import Graph
-from fusiontune.ops.linear import MatmulFn
+from fusiontune.ops.linear import LinearParams, MatmulFn, im2col, matmul_float
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.placement import PlacedGroup, StagePlacement, hops, place_plan
+from fusiontune.sim.rows import RowKind, RowMap
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, OnChip, _Slot
 from fusiontune.sim.structure import Node
 from fusiontune.sim.tiled_run import run_tiled
@@ -45,6 +52,7 @@ from fusiontune.sim.tiling import Tiling, acc_units, singleton_tiling
 
 Array = np.ndarray
 SCRATCH = ("accumulated row", "accumulator")  # allocations that live on the computing op's core
+TILE_RTOL = 1e-4  # the tiles' float64 sums against the float32 kernel, relative to its peak
 
 
 class Network:
@@ -65,9 +73,7 @@ class Network:
     def tiles(self, stage: StagePlacement, out_elems: int) -> None:
         """A LINEAR stage computed ``out_elems`` output elements: the transfers between its
         tiles (scatter, partial sums, gather) for the vectors those elements are."""
-        assert len(stage.tile_cores) == (
-            stage.copies * stage.count * stage.row_tiles * stage.col_tiles
-        ), f"{stage.ops[0]}: the placement lists no core for some of its tiles (tile_cores)"
+        self._check_tiles(stage)
         per_vector = sum(stage.col_outputs) * stage.count
         vectors, extra = divmod(out_elems, per_vector)
         assert not extra, f"{stage.ops[0]}: {out_elems} outputs are not whole vectors"
@@ -79,6 +85,55 @@ class Network:
             if hi > lo:
                 self._copy(stage, copy, hi - lo)
             start += quota
+
+    def tile_products(self, stage: StagePlacement, x: Array, w: Array) -> Array:
+        """Run the stage's crossbar tiles on one band: ``x`` ``(count, vectors, rows)`` the
+        input vectors at the home, ``w`` ``(count, rows, cols)`` the matrices. Each tile's core
+        receives its rows of its copy's vectors (scatter), computes its partial sums and sends
+        them to the core of row tile 0 of its column tile, which adds them and sends the
+        column tile's outputs home (gather); every transfer is counted from the array moved.
+        Returns the gathered products ``(count, vectors, cols)`` (no bias)."""
+        self._check_tiles(stage)
+        count, vectors, _ = x.shape
+        done = self._dealt.get(stage.ops, 0)
+        self._dealt[stage.ops] = done + vectors
+        rt, ct, ab = stage.row_tiles, stage.col_tiles, self.hw.act_bytes
+        r_at = [sum(stage.tile_rows[:i]) for i in range(rt + 1)]
+        c_at = [sum(stage.col_outputs[:j]) for j in range(ct + 1)]
+        out = np.zeros((count, vectors, c_at[-1]), dtype=np.float64)
+        start = 0
+        for copy, quota in enumerate(stage.copy_vectors):  # vectors [start, start+quota)
+            lo, hi = max(start, done) - done, min(start + quota, done + vectors) - done
+            start += quota
+            if hi <= lo:
+                continue
+            first = [(copy * count + g) * ct * rt for g in range(count)]
+            sent: list[dict[int, set[int]]] = [{} for _ in range(count)]  # core -> row tiles
+            for j in range(ct):
+                cols = slice(c_at[j], c_at[j + 1])
+                acc = np.zeros((count, hi - lo, c_at[j + 1] - c_at[j]), dtype=np.float64)
+                for i in range(rt):
+                    rows = slice(r_at[i], r_at[i + 1])
+                    part = np.matmul(x[:, lo:hi, rows], w[:, rows, cols], dtype=np.float64)
+                    for g in range(count):  # partial sums to the reducer
+                        core = stage.tile_cores[first[g] + j * rt + i]
+                        sent[g].setdefault(core, set()).add(i)
+                        reducer = stage.tile_cores[first[g] + j * rt]
+                        self.send(core, reducer, part[g].size * stage.psum_bytes)
+                    acc += part
+                for g in range(count):  # the column tile's outputs to the home
+                    self.send(stage.tile_cores[first[g] + j * rt], stage.home, acc[g].size * ab)
+                out[:, lo:hi, cols] = acc
+            for g in range(count):  # each core's input rows, once per row tile it holds
+                for core, tiles in sent[g].items():
+                    n = sum(x[g, lo:hi, r_at[i] : r_at[i + 1]].size for i in tiles)
+                    self.send(stage.home, core, n * ab)
+        return out
+
+    def _check_tiles(self, stage: StagePlacement) -> None:
+        assert len(stage.tile_cores) == (
+            stage.copies * stage.count * stage.row_tiles * stage.col_tiles
+        ), f"{stage.ops[0]}: the placement lists no core for some of its tiles (tile_cores)"
 
     def _copy(self, stage: StagePlacement, copy: int, vec: int) -> None:
         ab, home = self.hw.act_bytes, stage.home
@@ -191,6 +246,31 @@ class CoreGroupRunner(GroupRunner):
         self.chip = CoreBuffers(hw.core_buffer_bytes, label, self.holders, scratch)  # type: ignore[assignment]
         stage_of = {s.ops[0]: s for s in placed.stages}
         self.stage_of = {n.name: stage_of[n.name] for n in self.nodes if n.name in stage_of}
+        self._tiles_ran: set[str] = set()
+
+    def _compute_rows(
+        self, node: Node, rm: RowMap, args: list[Array | None], a: int, b: int, out: _Slot
+    ) -> Array:
+        y = super()._compute_rows(node, rm, args, a, b, out)
+        stage = self.stage_of.get(node.name)
+        if stage is None:
+            return y
+        x_height = self.slots[node.inputs[0]].height
+        operands = matrix_operands(node, rm, args, a, b, x_height)
+        if operands is None:  # counted from its output vectors (a transposed convolution)
+            return y
+        x, w, as_products = operands
+        got = self.network.tile_products(stage, x, w)
+        self._tiles_ran.add(node.name)
+        if self.matmul is matmul_float:  # the tiles computed the kernel's product
+            want = as_products(y)
+            bias = _bias(node.linear, got.shape)
+            if bias is not None:
+                got = got + bias
+            scale = float(np.abs(want).max(initial=0.0)) or 1.0
+            err = float(np.abs(got - want).max(initial=0.0))
+            assert err <= TILE_RTOL * scale, f"{node.name}: tiles differ from the kernel by {err}"
+        return y
 
     def _append(self, slot: _Slot, a: int, rows: Array, what: str) -> None:
         super()._append(slot, a, rows, what)
@@ -204,12 +284,57 @@ class CoreGroupRunner(GroupRunner):
         stage = self.stage_of.get(node.name)
         if stage is not None:
             _check_columns(node, stage, rows)
-            self.network.tiles(stage, int(rows.size))
+            if node.name in self._tiles_ran:  # this band's tiles ran in _compute_rows
+                self._tiles_ran.discard(node.name)
+            else:
+                self.network.tiles(stage, int(rows.size))
 
     def core_peaks(self) -> dict[int, int]:
         chip = self.chip
         assert isinstance(chip, CoreBuffers)
         return chip.core_peaks()
+
+
+def matrix_operands(
+    node: Node, rm: RowMap, args: Sequence[Array | None], a: int, b: int, x_height: int
+) -> tuple[Array, Array, Callable[[Array], Array]] | None:
+    """The crossbar operands of one band of a LINEAR node: input vectors
+    ``(count, vectors, rows)``, matrices ``(count, rows, cols)`` and how to read the kernel's
+    output band as ``(count, vectors, cols)``; ``None`` for a transposed convolution."""
+    p = node.linear
+    x = args[0]
+    if p is None or x is None or rm.kind is RowKind.SPAN:
+        return None
+    if p.kind == "matrix":
+        xm = np.moveaxis(x, p.in_axis, -1)
+        flat = xm.reshape(1, -1, xm.shape[-1])
+
+        def matrix_out(y: Array) -> Array:
+            return np.moveaxis(y, p.out_axis, -1).reshape(1, -1, p.weight.shape[1])
+
+        return flat, np.asarray(p.weight)[None], matrix_out
+    if p.kind != "conv" or rm.window is None:
+        return None
+    win, _, _ = rm.window.band(a, b, x_height)
+    n, group = x.shape[0], p.group
+    c_out, ck = p.weight.shape[0], math.prod(p.weight.shape[1:])
+    cols = im2col(x, win)  # (N, C * K, P)
+    npix = cols.shape[-1]
+    vecs = cols.reshape(n, group, ck, npix).transpose(1, 0, 3, 2).reshape(group, n * npix, ck)
+    mats = p.weight.reshape(group, c_out // group, ck).transpose(0, 2, 1)
+
+    def conv_out(y: Array) -> Array:
+        per = c_out // group
+        return y.reshape(n, group, per, npix).transpose(1, 0, 3, 2).reshape(group, -1, per)
+
+    return vecs, mats, conv_out
+
+
+def _bias(p: LinearParams | None, shape: tuple[int, ...]) -> Array | None:
+    """The bias as ``(count, 1, cols)`` (``None`` without one)."""
+    if p is None or p.bias is None:
+        return None
+    return np.asarray(p.bias).reshape(shape[0], 1, shape[2])
 
 
 def _check_columns(node: Node, stage: StagePlacement, rows: Array) -> None:
