@@ -109,8 +109,9 @@ def test_find_cycle_spells_a_cycle_out() -> None:
 
 def test_sim_imports_run_one_way() -> None:
     """Every import among sim/ modules, including those inside functions, points down: the
-    model files (rows, structure, needs, capacity, tiling, groupmodel, cost, bounds) never
-    import the executor files (runner, tiled_run, execute, verify), and nothing imports back."""
+    model files (rows, structure, needs, capacity, tiling, groupmodel, placement, cost,
+    bounds) never import the executor files (runner, tiled_run, cores_run, execute, verify),
+    and nothing imports back."""
     edges = {
         path.stem: _imported_modules(path, "fusiontune.sim") - {path.stem}
         for path in _modules("sim")

@@ -26,7 +26,7 @@ each other on many plans. Results are in elements (hardware-free) and cached per
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from fusiontune.ir.graph import Graph
@@ -132,6 +132,15 @@ class _Replay:
                 self.whole -= freed
             t.lo = row
 
+    def _scratch(self, node: Node, elems: int, tensor: str, acc: bool = False) -> None:
+        """Elements an op holds while it computes (a pool's partial row, an accumulator)."""
+        self._grow(elems, tensor, acc=elems if acc else 0)
+
+    def _unscratch(self, node: Node, elems: int, acc: bool = False) -> None:
+        self.used -= elems
+        if acc:
+            self.acc -= elems
+
     def _settle(self, t: _Tensor) -> None:
         self._drop_below(t, min(t.readers.values()) if t.readers else t.hi)
 
@@ -173,12 +182,12 @@ class _Replay:
             assert rm.window is not None
             x = self.ts[node.inputs[0]]
             k = rm.window.strides[0]
-            self._grow(out.row, out.name)  # the partial output row
+            self._scratch(node, out.row, out.name)  # the partial output row
             for j in range(a * k, a * k + k):
                 self.pull(x, j + 1)
                 x.readers[node.name] = j + 1
                 self._settle(x)
-            self.used -= out.row  # it becomes the output row
+            self._unscratch(node, out.row)  # it becomes the output row
             self._add_rows(out, 1)
             self._settle(out)
             return
@@ -207,13 +216,12 @@ class _Replay:
             x = inputs[0]
             shape = self.graph.tensors[x.name].shape
             acc = shape[0] * shape[1]
-            self._grow(acc, x.name, acc=acc)
+            self._scratch(node, acc, x.name, acc=True)
             for a in range(x.hgt):
                 self.pull(x, a + 1)
                 x.readers[node.name] = a + 1
                 self._settle(x)
-            self.used -= acc
-            self.acc -= acc
+            self._unscratch(node, acc, acc=True)
         else:
             for t in inputs:
                 t.whole = True
@@ -268,6 +276,72 @@ def peak_rows(graph: Graph, group: Group) -> dict[str, int]:
 def clear_cache() -> None:
     """Forget every replayed group."""
     _CACHE.clear()
+
+
+# ---- the same schedule, core by core (many-core chips, docs/cores.md) -----------------------
+class _CoreReplay(_Replay):
+    """The replay with each tensor's rows on the cores holding them (every holder keeps its
+    own copy) and an op's scratch (partial row, accumulator) on the op's core."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        nodes: list[Node],
+        stored: list[str],
+        holders: Mapping[str, tuple[int, ...]],
+        node_core: Mapping[str, int],
+    ) -> None:
+        super().__init__(graph, nodes, stored)
+        self.holders = holders
+        self.node_core = node_core
+        self.core_used: dict[int, int] = {}
+        self.core_peak: dict[int, int] = {}
+
+    def _charge(self, cores: tuple[int, ...], elems: int) -> None:
+        for c in cores:
+            used = self.core_used.get(c, 0) + elems
+            self.core_used[c] = used
+            if used > self.core_peak.get(c, 0):
+                self.core_peak[c] = used
+
+    def _add_rows(self, t: _Tensor, rows: int) -> None:
+        super()._add_rows(t, rows)
+        self._charge(self.holders[t.name], rows * t.row)
+
+    def _drop_below(self, t: _Tensor, row: int) -> None:
+        freed = (min(row, t.hi) - t.lo) * t.row
+        super()._drop_below(t, row)
+        if freed > 0:
+            self._charge(self.holders[t.name], -freed)
+
+    def _scratch(self, node: Node, elems: int, tensor: str, acc: bool = False) -> None:
+        super()._scratch(node, elems, tensor, acc)
+        self._charge((self.node_core[node.name],), elems)
+
+    def _unscratch(self, node: Node, elems: int, acc: bool = False) -> None:
+        super()._unscratch(node, elems, acc)
+        self._charge((self.node_core[node.name],), -elems)
+
+
+def core_peaks(
+    graph: Graph,
+    group: Group,
+    nodes: list[Node],
+    holders: Mapping[str, tuple[int, ...]],
+    node_core: Mapping[str, int],
+) -> dict[int, int]:
+    """Each core's peak elements under the one-row schedule (not cached; the placement is).
+
+    Args:
+        graph: the graph.
+        group: the group.
+        nodes: its compiled nodes (:func:`~fusiontune.sim.structure.group_structure`).
+        holders: tensor -> the cores holding its rows (each holder keeps its own copy).
+        node_core: node name -> the core it computes on (its scratch lives there).
+    """
+    replay = _CoreReplay(graph, nodes, stored_tensors(graph, group), holders, node_core)
+    replay.run()
+    return dict(replay.core_peak)
 
 
 # ---- a moment every schedule goes through (lower bounds for pruning) ------------------------

@@ -37,12 +37,14 @@ from fusiontune.ops.linear import MatmulFn, matmul_float
 from fusiontune.planner.legality import check_plan
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.cim import CimNumerics, cim_matmul_fn
+from fusiontune.sim.cores_run import ManyCore
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats
 from fusiontune.sim.structure import (  # re-exported: the executor's compiled groups
     Node,
     compile_group,
     external_inputs,
+    group_order,
     group_structure,
     stored_tensors,
 )
@@ -90,6 +92,11 @@ class Execution:
         reference_kernel_ops: ops that ran on their own reference kernel (no distinct fused
             kernel, not folded or merged into weights): compared with the reference, they
             are compared with themselves.
+        noc_bytes: on a many-core chip (``hw.cores > 1``, ``docs/cores.md``), bytes the
+            kernels sent between cores (0 on one core).
+        noc_byte_hops: those bytes times their hops.
+        core_peak_buffer_bytes: on a many-core chip, each core's peak over the groups
+            (empty on one core).
     """
 
     outputs: dict[str, np.ndarray]
@@ -102,6 +109,9 @@ class Execution:
     numerics: str = "float"
     peak_band_rows: dict[str, int] = field(default_factory=dict)
     reference_kernel_ops: tuple[str, ...] = ()
+    noc_bytes: int = 0
+    noc_byte_hops: int = 0
+    core_peak_buffer_bytes: tuple[int, ...] = ()
 
     @property
     def peak_buffer_bytes(self) -> int:
@@ -141,38 +151,6 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
             )
         out[name] = value
     return out
-
-
-def group_order(graph: Graph, plan: Plan) -> list[int]:
-    """Indices of the plan's groups in an order that respects their data dependences.
-
-    Usually plan order; a convex group may still need a later-listed group's output (groups
-    ``{a, c}`` and ``{b}`` with ``c`` reading ``b``), so this sorts topologically (stable).
-
-    Raises:
-        IllegalPlanError: the groups depend on each other in a cycle (a non-convex group).
-    """
-    group_of = plan.group_of()
-    needs: list[set[int]] = [set() for _ in plan.groups]
-    for i, g in enumerate(plan.groups):
-        for name in g.ops:
-            for pred in graph.predecessors(name):
-                if group_of[pred] != i:
-                    needs[i].add(group_of[pred])
-    order: list[int] = []
-    done: set[int] = set()
-    while len(order) < len(plan.groups):
-        ready = [i for i in range(len(plan.groups)) if i not in done and needs[i] <= done]
-        if not ready:
-            stuck = [plan.groups[i].ops[0] for i in range(len(plan.groups)) if i not in done]
-            raise IllegalPlanError(
-                "groups starting at "
-                + ", ".join(f"'{s}'" for s in stuck[:4])
-                + " depend on each other in a cycle: a group is not convex (rule 1)"
-            )
-        order.append(ready[0])
-        done.add(ready[0])
-    return order
 
 
 def _check_partition(graph: Graph, plan: Plan) -> None:
@@ -250,12 +228,16 @@ def execute(
     self_compared: list[str] = []
     peaks: list[int] = []
     bands: list[int] = []
+    chip = ManyCore(graph, plan, hw, BAND_ELEMS_TARGET) if hw.cores > 1 else None
     for index in group_order(graph, plan):
         group = plan.groups[index]
         nodes = compile_group(graph, group)
         self_compared += [name for n in nodes for name in _self_compared(n)]
         stored = stored_tensors(graph, group)
-        stats = _run_group(graph, index, group, nodes, stored, dram, hw, band_rows, matmul)
+        if chip is not None:  # one buffer per core (sim/cores_run.py)
+            stats = chip.run(index, group, nodes, stored, dram, band_rows, matmul)
+        else:
+            stats = _run_group(graph, index, group, nodes, stored, dram, hw, band_rows, matmul)
         peaks.append(stats.peak_bytes)
         bands.append(stats.band_rows)
         peak_rows.update(stats.peak_rows)
@@ -271,6 +253,7 @@ def execute(
         numerics=numerics,
         peak_band_rows=peak_rows,
         reference_kernel_ops=tuple(sorted(self_compared, key=graph.op_index.__getitem__)),
+        **(chip.measured() if chip is not None else {}),
     )
 
 

@@ -12,9 +12,11 @@ The model of ``docs/cores.md`` (read it first), in five stages per group of the 
 4. **network** — input scatter to the other cores of a stage, partial sums of row-split
    matrices to the core of row tile 0, output gather to the home, tensors between ops on
    different cores: ``noc_bytes`` and ``noc_byte_hops`` (hops from :func:`hops`);
-5. **buffers** — the group's peak (:func:`fusiontune.sim.needs.line_buffers`) charged per
-   tensor to the cores that read it; a core over ``core_buffer_bytes`` makes the group
-   infeasible with a reason.
+5. **buffers** — each core's peak over the group's row schedule
+   (:func:`fusiontune.sim.capacity.core_peaks`: a tensor's rows on the cores that read it,
+   an op's accumulators on its core); a core over ``core_buffer_bytes`` makes the group
+   infeasible with a reason. The executor (:mod:`fusiontune.sim.cores_run`) measures both
+   the network bytes and these peaks.
 
 A one-core chip gives no network bytes and one core whose peak is the flat model's
 ``buffer_needed_bytes`` (the reduction ``tests/test_manycore.py`` checks).
@@ -25,13 +27,15 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import ConfigError
+from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
-from fusiontune.sim.needs import WeightMatrix, group_needs, line_buffers
+from fusiontune.sim.needs import WeightMatrix, group_needs
+from fusiontune.sim.structure import group_order, group_structure
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
@@ -92,6 +96,15 @@ class StagePlacement:
         first_crossbar: index of its first crossbar on the chip (packing order).
         cores: the cores holding its tiles, in order.
         home: the core of its first tile (input line buffer, gathered output).
+        tile_cores: the core of each tile, in packing order (copy, matrix, column tile,
+            row tile): what the executor reads to run each tile on its core.
+        row_tiles: row tiles per matrix.
+        col_tiles: column tiles per matrix.
+        count: independent matrices per copy (groups of a grouped convolution).
+        tile_rows: matrix rows of each row tile.
+        col_outputs: logical output columns of each column tile.
+        copy_vectors: matrix-vector products each copy computes (per matrix).
+        psum_bytes: bytes of one partial sum sent between cores.
     """
 
     ops: tuple[str, ...]
@@ -100,6 +113,14 @@ class StagePlacement:
     first_crossbar: int
     cores: tuple[int, ...]
     home: int
+    tile_cores: tuple[int, ...] = ()
+    row_tiles: int = 0
+    col_tiles: int = 0
+    count: int = 1
+    tile_rows: tuple[int, ...] = ()
+    col_outputs: tuple[int, ...] = ()
+    copy_vectors: tuple[int, ...] = ()
+    psum_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,8 +133,10 @@ class PlacedGroup:
         home: each op's core.
         noc_bytes: bytes crossing cores inside the group.
         noc_byte_hops: those bytes times their hops.
-        core_buffer_bytes: bytes each core holds at the group's peak (cores holding any).
+        core_buffer_bytes: each core's peak over the group's schedule (cores holding any).
         violations: why the group does not fit (empty when it does).
+        tensor_cores: the cores holding each tensor's rows in the group (its readers' cores;
+            the producer's for a tensor no op of the group reads).
     """
 
     ops: tuple[str, ...]
@@ -123,6 +146,7 @@ class PlacedGroup:
     noc_byte_hops: int
     core_buffer_bytes: Mapping[int, int]
     violations: tuple[str, ...]
+    tensor_cores: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,7 +158,7 @@ class PlacedPlan:
         noc_bytes: bytes crossing cores (sum over groups).
         noc_byte_hops: byte-hops (sum over groups).
         noc_energy_pj: ``noc_byte_hops x 8 x noc_pj_per_bit_hop``.
-        core_peak_buffer_bytes: per core, its largest charge over the groups.
+        core_peak_buffer_bytes: per core, its largest peak over the groups.
         core_crossbars_used: per core, crossbars the plan's weights occupy (resident weights;
             else the most any group occupies).
         violations: groups over a core's buffer, or more crossbars than the chip has.
@@ -185,14 +209,17 @@ def _place_stage(
     rows = [min(hw.crossbar_rows, m.rows - i * hw.crossbar_rows) for i in range(row_tiles)]
     home = (start // per_core) % cores
     used: dict[int, None] = {}
+    tile_cores: list[int] = []
     tile = start
-    for vec in _copy_vectors(m.vectors, copies):
+    copy_vectors = _copy_vectors(m.vectors, copies)
+    for vec in copy_vectors:
         for _g in range(m.count):
             needed: dict[int, set[int]] = {}  # core -> row tiles of this matrix it holds
             for j in range(col_tiles):
                 reducer = (tile // per_core) % cores
                 for i in range(row_tiles):
                     core = (tile // per_core) % cores
+                    tile_cores.append(core)
                     used[core] = None
                     needed.setdefault(core, set()).add(i)
                     flow.send(core, reducer, vec * outs[j] * psum_bytes)  # partial sums
@@ -200,7 +227,12 @@ def _place_stage(
                 flow.send(reducer, home, vec * outs[j] * ab)  # output gather
             for core, tiles in needed.items():  # input scatter from the home's line buffer
                 flow.send(home, core, vec * sum(rows[i] for i in tiles) * ab)
-    return StagePlacement(m.ops, copies, tile - start, start, tuple(used), home)
+    return StagePlacement(
+        m.ops, copies, tile - start, start, tuple(used), home,
+        tile_cores=tuple(tile_cores), row_tiles=row_tiles, col_tiles=col_tiles, count=m.count,
+        tile_rows=tuple(rows), col_outputs=tuple(outs), copy_vectors=tuple(copy_vectors),
+        psum_bytes=psum_bytes,
+    )  # fmt: skip
 
 
 POLICIES = ("dense", "spread")
@@ -314,9 +346,10 @@ def _place_group(
     pos = graph.op_index
     totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
     needed = int(totals.buffer_needed_bytes or 0)  # what group_cost reports
-    charge = _charge_buffers(graph, group, hw, home, needed)
+    holders = tensor_cores(graph, group, home)
+    charge = _charge_buffers(graph, group, hw, home, holders, needed)
     violations = [
-        f"group {_name(group)}: core {core} holds {b} B at the group's peak, its buffer "
+        f"group {_name(group)}: core {core} holds {b} B at its peak, its buffer "
         f"(core_buffer_bytes = buffer_bytes / cores) is {hw.core_buffer_bytes} B"
         for core, b in sorted(charge.items())
         if b > hw.core_buffer_bytes
@@ -329,38 +362,46 @@ def _place_group(
         noc_byte_hops=flow.byte_hops,
         core_buffer_bytes=charge,
         violations=tuple(violations),
+        tensor_cores=holders,
     )
 
 
+def tensor_cores(graph: Graph, group: Group, home: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """The cores holding each (non-constant) tensor a group's ops read or write: the cores
+    of its readers in the group (each keeps its own rows), else its producer's core."""
+    members = set(group.ops)
+    consumers, producer = graph.consumer_map, graph.producer_map
+    out: dict[str, tuple[int, ...]] = {}
+    for op in graph.subgraph_ops(group.ops):
+        for t in (*op.inputs, *op.outputs):
+            if not t or t in out or graph.is_constant(t):
+                continue
+            cores = sorted({home[c] for c in consumers.get(t, ()) if c in members})
+            if not cores and producer.get(t) in members:
+                cores = [home[producer[t]]]
+            if cores:
+                out[t] = tuple(cores)
+    return out
+
+
 def _charge_buffers(
-    graph: Graph, group: Group, hw: HardwareConfig, home: Mapping[str, int], needed: int
+    graph: Graph,
+    group: Group,
+    hw: HardwareConfig,
+    home: Mapping[str, int],
+    holders: Mapping[str, tuple[int, ...]],
+    needed: int,
 ) -> dict[int, int]:
-    """Bytes each core holds at the group's peak (``docs/cores.md``, placement step 5);
-    ``needed``: the group model's ``buffer_needed_bytes``."""
-    last = group.ops[-1] if len(group.ops) == 1 else _last_op(graph, group)
-    charge: dict[int, int] = {}
-    if len(group.ops) == 1:  # a singleton (maybe tiled through DRAM): its own peak
-        charge[home[group.ops[0]]] = needed
-        return charge
-    members = set(group.ops)
-    held = 0
-    for lb in line_buffers(graph, group):
-        n_bytes = lb.elems * hw.act_bytes
-        held += n_bytes
-        cores = {home[c] for c in graph.consumer_map.get(lb.tensor, ()) if c in members}
-        if not cores:
-            cores = {home.get(graph.producer_map.get(lb.tensor, ""), home[last])}
-        for core in cores:
-            charge[core] = charge.get(core, 0) + n_bytes
-    rest = needed - held  # accumulators: not tensors' rows
-    if rest > 0:
-        charge[home[last]] = charge.get(home[last], 0) + rest
-    return charge
-
-
-def _last_op(graph: Graph, group: Group) -> str:
-    members = set(group.ops)
-    return [op.name for op in graph.ops if op.name in members][-1]
+    """Each core's peak bytes over the group's schedule (``docs/cores.md``, placement step
+    5): the row-counter replay of :mod:`fusiontune.sim.capacity` with each tensor's rows on
+    the cores holding it and an op's accumulators on its own core. ``needed``: the group
+    model's ``buffer_needed_bytes`` (a singleton's, maybe tiled through DRAM: all on its core).
+    """
+    if len(group.ops) == 1:
+        return {home[group.ops[0]]: needed}
+    nodes = group_structure(graph, group)
+    peaks = core_peaks(graph, group, nodes, holders, {n.name: home[n.name] for n in nodes})
+    return {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
 
 
 def _name(group: Group) -> str:
@@ -413,8 +454,6 @@ def _place_plan(
     replication: Mapping[str, int] | None,
     policy: str,
 ) -> PlacedPlan:
-    from fusiontune.sim.execute import group_order
-
     peaks = [0] * hw.cores
     used = [0] * hw.cores
     placed: list[PlacedGroup] = []

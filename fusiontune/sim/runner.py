@@ -61,9 +61,10 @@ def tensor_dtype(graph: Graph, tensor: str) -> np.dtype:
 class OnChip:
     """The bounded on-chip buffer of one group: allocations, releases, the peak."""
 
-    def __init__(self, capacity_bytes: int, group: str) -> None:
+    def __init__(self, capacity_bytes: int, group: str, key: str = "buffer_bytes") -> None:
         self.capacity = capacity_bytes
         self.group = group
+        self.key = key  # the hardware key the capacity comes from (for the error)
         self.used = 0
         self.peak = 0
 
@@ -71,12 +72,13 @@ class OnChip:
         if self.used + nbytes > self.capacity:
             raise CapacityError(
                 f"group {self.group}: {what} of tensor '{tensor}' needs {nbytes:,} B more on "
-                f"chip with {self.used:,} B in use; buffer_bytes is {self.capacity:,} B"
+                f"chip with {self.used:,} B in use; {self.key} is {self.capacity:,} B"
             )
         self.used += nbytes
         self.peak = max(self.peak, self.used)
 
-    def free(self, nbytes: int) -> None:
+    def free(self, nbytes: int, tensor: str = "", what: str = "") -> None:
+        """Release ``nbytes`` (``tensor`` and ``what`` as given to :meth:`alloc`)."""
         self.used -= nbytes
         assert self.used >= 0, "freed more than allocated"
 
@@ -435,7 +437,7 @@ class GroupRunner:
             self._release_to_readers(x)
         assert acc is not None
         rows = acc if is_max else (acc / k).astype(DTYPE)
-        self.chip.free(out_slot.row_bytes)  # the partial row becomes the output row
+        self.chip.free(out_slot.row_bytes, out_slot.name, "accumulated row")  # now the output
         rows = self._epilogue(node, rows, r, r + 1)
         self._append(out_slot, r, rows, "computed rows")
         if out_slot.stored:
@@ -543,7 +545,7 @@ class GroupRunner:
             slot.readers[node.name] = b
             self._release_to_readers(slot)
             a = b
-        self.chip.free(acc_bytes)
+        self.chip.free(acc_bytes, op.outputs[0], "accumulator")
         if not is_max:
             acc = acc / math.prod(shape[2:])
         return acc.astype(DTYPE)
@@ -569,12 +571,12 @@ class GroupRunner:
             return
         if slot.axis is None:
             if below >= slot.hi and slot.chunks:
-                self.chip.free(slot.row_bytes * (slot.hi - slot.lo))
+                self.chip.free(slot.row_bytes * (slot.hi - slot.lo), slot.name)
                 slot.chunks.clear()
                 slot.lo = slot.hi
             return
         freed = min(below, slot.hi) - slot.lo
-        self.chip.free(freed * slot.row_bytes)
+        self.chip.free(freed * slot.row_bytes, slot.name)
         keep: list[tuple[int, Array]] = []
         for start, arr in slot.chunks:
             stop = start + arr.shape[slot.axis]

@@ -16,11 +16,13 @@ the executor agree on which tensors exist on chip by construction.
 3. **band marks and epilogues**: a node whose row map (:func:`node_row_map`) streams runs by
    bands of rows, and the unary row-wise ops that alone read its output become its epilogue.
 
-:func:`group_structure` makes the same nodes without computing folded or merged weights.
+:func:`group_structure` makes the same nodes without computing folded or merged weights;
+:func:`group_order` the order groups run in (the executor's and the placement's).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, replace
 
@@ -31,7 +33,7 @@ from fusiontune.ir.graph import Graph, Op
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import DTYPE, affine_coeffs, def_of
 from fusiontune.ops.linear import LinearParams, linear_params
-from fusiontune.planner.plan import Group, Mode
+from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.sim.rows import RowKind, RowMap, height, row_axes, row_map
 
 
@@ -389,3 +391,45 @@ def _node_row_map(graph: Graph, node: Node) -> RowMap:
         return whole
     streamed = tuple(i == 0 for i in range(len(node.inputs)))
     return RowMap(RowKind.POINT, streamed)
+
+
+def group_order(graph: Graph, plan: Plan) -> list[int]:
+    """Indices of the plan's groups in an order that respects their data dependences.
+
+    Usually plan order; a convex group may still need a later-listed group's output (groups
+    ``{a, c}`` and ``{b}`` with ``c`` reading ``b``), so this sorts topologically (stable).
+
+    Raises:
+        IllegalPlanError: the groups depend on each other in a cycle (a non-convex group).
+    """
+    group_of = plan.group_of()
+    n = len(plan.groups)
+    needs: list[set[int]] = [set() for _ in plan.groups]
+    for i, g in enumerate(plan.groups):
+        for name in g.ops:
+            for pred in graph.predecessors(name):
+                if group_of[pred] != i:
+                    needs[i].add(group_of[pred])
+    waiting = [len(s) for s in needs]
+    users: list[list[int]] = [[] for _ in plan.groups]
+    for i, s in enumerate(needs):
+        for j in s:
+            users[j].append(i)
+    ready = [i for i in range(n) if not waiting[i]]  # a heap: the first ready group in plan order
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in users[i]:
+            waiting[k] -= 1
+            if not waiting[k]:
+                heapq.heappush(ready, k)
+    if len(order) < n:
+        done = set(order)
+        stuck = [plan.groups[i].ops[0] for i in range(n) if i not in done]
+        raise IllegalPlanError(
+            "groups starting at "
+            + ", ".join(f"'{s}'" for s in stuck[:4])
+            + " depend on each other in a cycle: a group is not convex (rule 1)"
+        )
+    return order
