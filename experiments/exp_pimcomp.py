@@ -1,0 +1,477 @@
+"""PIMCOMP-NN built from source and run beside fusiontune on the 168-core ISAAC (issue 21 item 6).
+
+Given the source of PIMCOMP-NN (github.com/sunxt99/PIMCOMP-NN, ``--src`` or ``PIMCOMP_SRC``),
+this script:
+
+1. **builds** it with cmake/g++ in a work folder outside the repository (``--work`` or
+   ``PIMCOMP_WORK``, default a folder under the system temp dir): the source is copied there and
+   one compile-time constant is patched (``configure.h``: ``OneChipWidth`` 12 -> 14, so that the
+   168 cores of ``layout [12, 14]`` are one chip in its evaluator instead of 144 + 24 cores
+   joined by HyperTransport);
+2. **configures** its chip to match fusiontune's ``isaac_168`` (``config.json``: 168 cores as a
+   12 x 14 layout, 96 crossbars per core, crossbars of 128 rows x 32 8-bit weights = one
+   128 x 128 crossbar of 2-bit cells each, 8-bit arithmetic; every mismatch is in the notes);
+3. **runs** its backend per model (its own ONNX-zoo conversions ``models/JSON/{resnet18, vgg16,
+   mobilenetv2}.json``, checked layer by layer against fusiontune's zoo models: same matrices,
+   same windows) with each replication strategy (``balance``, ``uniform``, ``W0H0``, ``GA``) in
+   its throughput (``-p=batch``, "HT") and latency (``-p=element``, "LL") modes;
+4. **parses** its output: crossbars used (``#RRAMs needed``), copies per layer and windows per
+   copy (``output/MappingResult.txt``), its evaluated time (``practical (ns)``), inter-core and
+   global-memory bytes (``COMM``/``MEM`` ``Volume (bytes)``);
+5. puts fusiontune beside it at the same crossbar budget: ``exact_replication``,
+   ``balance_replication``, ``uniform_replication`` at 16,128 crossbars and at the crossbars
+   PIMCOMP's own balance used, PIMCOMP's replication evaluated in fusiontune's cycle model, and
+   ``simulate``/``place_plan`` (DRAM bytes, NoC bytes and byte-hops) of the greedy and unfused
+   plans placed with the exact replication.
+
+Writes ``results/exp_pimcomp.md``, ``exp_pimcomp.csv`` (PIMCOMP runs) and ``exp_pimcomp_2.csv``
+(side by side). ``--from-logs DIR`` parses saved runs (``<model>_<strategy>_<mode>.log`` and
+``.mapping.txt``) instead of building and running. Usage:
+``python experiments/exp_pimcomp.py --src PIMCOMP_SRC [--work DIR] [--models ...]
+[--strategies ...] [--modes batch element] [--timeout S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exp_common import print_rows, write_outputs
+
+#: fusiontune zoo name -> PIMCOMP-NN model name (its element pipeline keys constants on it).
+MODELS = {"resnet18": "resnet18", "vgg16": "vgg16", "mobilenet_v2": "mobilenetv2"}
+STRATEGIES = ("balance", "uniform", "W0H0", "GA")
+MODES = ("batch", "element")
+PRESET = "isaac_168"
+NS_PER_S = 1e9
+
+#: PIMCOMP chip matched to isaac_168 (config.json keys, README "Hardware configuration").
+CHIP = {
+    "layout": [12, 14],  # ChipH x ChipW = 168 cores
+    "xbar_array_count": 96,  # CoreH: crossbars per core (CoreW is fixed at 1)
+    "xbar_size": [128, 32],  # CrossbarH rows x CrossbarW weights (8-bit weights on 2-bit cells)
+    "cell_precision": 2,
+    "adc_count": 8,  # read as ArithmeticPrecision: the bits of inputs, weights and outputs
+}
+ONE_CHIP_WIDTH = 14  # configure.h OneChipWidth: cores per chip row in the evaluator
+
+
+# ---- PIMCOMP-NN: build, configure, run ---------------------------------------------------------
+def build(src: Path, work: Path) -> Path:
+    """Copy the source to ``work/src``, patch ``configure.h``, build; the binary's path."""
+    tree = work / "src"
+    binary = work / "build" / "PIMCOMP-NN"
+    if binary.exists():
+        return binary
+    if tree.exists():
+        shutil.rmtree(tree)
+    shutil.copytree(src, tree, ignore=shutil.ignore_patterns(".git", "ONNX", "build", "output"))
+    conf = tree / "configure.h"
+    text = conf.read_text()
+    patched = re.sub(r"OneChipWidth = \d+;", f"OneChipWidth = {ONE_CHIP_WIDTH};", text)
+    if patched == text:
+        raise SystemExit(f"{conf}: no 'OneChipWidth = N;' to patch; is this PIMCOMP-NN?")
+    conf.write_text(patched)
+    (work / "build").mkdir(parents=True, exist_ok=True)
+    for cmd in (
+        ["cmake", str(tree), "-DCMAKE_BUILD_TYPE=Release"],
+        ["make", "-j2", "PIMCOMP-NN"],
+    ):
+        proc = subprocess.run(cmd, cwd=work / "build", capture_output=True, text=True)
+        if proc.returncode != 0:
+            (work / "build_error.log").write_text(proc.stdout + proc.stderr)
+            raise SystemExit(
+                f"PIMCOMP-NN build failed at {' '.join(cmd)}; see {work / 'build_error.log'}"
+            )
+    return binary
+
+
+def prepare_run_dir(src: Path, work: Path) -> Path:
+    """The layout the binary expects (it reads ``../config.json``, ``../models/JSON``)."""
+    run = work / "run"
+    (run / "bin").mkdir(parents=True, exist_ok=True)
+    (run / "output").mkdir(exist_ok=True)
+    shutil.copytree(src / "models" / "JSON", run / "models" / "JSON", dirs_exist_ok=True)
+    config = json.loads((src / "config.json").read_text())
+    chip = config["chip_config"]
+    matrix = chip["core_config"]["matrix_config"]
+    matrix["xbar_array_count"] = CHIP["xbar_array_count"]
+    matrix["xbar_size"] = CHIP["xbar_size"]
+    matrix["cell_precision"] = CHIP["cell_precision"]
+    matrix["adc_count"] = CHIP["adc_count"]
+    chip["network_config"]["layout"] = CHIP["layout"]
+    chip["core_cnt"] = CHIP["layout"][0] * CHIP["layout"][1]
+    (run / "config.json").write_text(json.dumps(config, indent=2))
+    return run
+
+
+def run_one(
+    binary: Path, run: Path, model: str, strategy: str, mode: str, timeout_s: float, logs: Path
+) -> Path:
+    """Run the backend once; its stdout saved as ``logs/<model>_<strategy>_<mode>.log``."""
+    stem = logs / f"{model}_{strategy}_{mode}"
+    cmd = [str(binary), f"-m={model}", f"-r={strategy}", f"-p={mode}"]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=run / "bin", capture_output=True, text=True, timeout=timeout_s
+        )
+        out, rc = proc.stdout + proc.stderr[-4000:], proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        raw = exc.stdout or b""
+        out = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        rc = -1
+    seconds = time.perf_counter() - t0
+    stem.with_suffix(".log").write_text(f"# rc {rc} seconds {seconds:.1f}\n" + out)
+    mapping = run / "output" / "MappingResult.txt"
+    if mapping.exists():
+        shutil.move(mapping, stem.with_suffix(".mapping.txt"))
+    return stem.with_suffix(".log")
+
+
+# ---- parsing its output ------------------------------------------------------------------------
+@dataclass
+class PimcompRun:
+    """What one PIMCOMP-NN run reports.
+
+    Attributes:
+        rc: exit status (-1: timed out).
+        seconds: its wall time.
+        crossbars: ``#RRAMs needed`` (crossbars holding weights, copies included).
+        practical_ns: its evaluated time of the instruction stream (batch: one pipeline period,
+            i.e. one image in the steady state; element: one image's latency).
+        comm_bytes: bytes sent between cores.
+        mem_load_bytes: bytes loaded from its global memory (``MEM Volume``: loads only).
+        copies: per CONV/FC node index, the copies of its weights.
+        windows_per_copy: per node, the sliding windows (matrix-vector products) one copy computes.
+        node_crossbars: per node, the crossbars of all its copies.
+        error: why it produced no result, if it did not.
+    """
+
+    rc: int = 0
+    seconds: float = 0.0
+    crossbars: int | None = None
+    practical_ns: float | None = None
+    comm_bytes: int | None = None
+    mem_load_bytes: int | None = None
+    copies: dict[int, int] = field(default_factory=dict)
+    windows_per_copy: dict[int, int] = field(default_factory=dict)
+    node_crossbars: dict[int, int] = field(default_factory=dict)
+    error: str = ""
+
+    @property
+    def bottleneck_windows(self) -> int | None:
+        return max(self.windows_per_copy.values()) if self.windows_per_copy else None
+
+
+def _after(lines: list[str], label: str) -> str | None:
+    """The line after the first line equal to ``label``."""
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == label:
+            return lines[i + 1].strip()
+    return None
+
+
+def parse_log(text: str) -> PimcompRun:
+    """The figures of one run's stdout (see :class:`PimcompRun`)."""
+    run = PimcompRun()
+    head = re.match(r"# rc (-?\d+) seconds ([\d.]+)", text)
+    if head:
+        run.rc, run.seconds = int(head.group(1)), float(head.group(2))
+    m = re.search(r"#RRAMs needed: (\d+)", text)
+    run.crossbars = int(m.group(1)) if m else None
+    lines = text.splitlines()
+    practical = _after(lines, "practical (ns)")
+    run.practical_ns = float(practical) if practical else None
+    # "Volume (bytes)" appears twice: COMM first, then MEM.
+    volumes = [
+        lines[i + 1].strip() for i, ln in enumerate(lines[:-1]) if ln.strip() == "Volume (bytes)"
+    ]
+    if len(volumes) >= 2:
+        run.comm_bytes, run.mem_load_bytes = int(volumes[0]), int(volumes[1])
+    if run.practical_ns is None:
+        tail = [ln for ln in lines if ln.strip()][-3:]
+        run.error = " / ".join(tail)[:300] if run.rc != -1 else "timed out"
+    return run
+
+
+def parse_mapping(text: str, run: PimcompRun) -> None:
+    """Copies, windows per copy and crossbars per node from ``MappingResult.txt``.
+
+    A row is ``node r_index index_r | AG_index xbar_num input_cycle``: one array group (one row
+    block of one copy) with its crossbars and the windows its copy computes.
+    """
+    reps: dict[int, set[int]] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s*$", line)
+        if not m:
+            continue
+        node, rep, _, _, xbars, cycles = (int(g) for g in m.groups())
+        reps.setdefault(node, set()).add(rep)
+        run.node_crossbars[node] = run.node_crossbars.get(node, 0) + xbars
+        run.windows_per_copy[node] = max(run.windows_per_copy.get(node, 0), cycles)
+    run.copies = {n: len(r) for n, r in sorted(reps.items())}
+
+
+def load_run(stem: Path) -> PimcompRun:
+    """A saved run: ``stem.log`` and, when present, ``stem.mapping.txt``."""
+    run = parse_log(stem.with_suffix(".log").read_text())
+    mapping = stem.with_suffix(".mapping.txt")
+    if mapping.exists():
+        parse_mapping(mapping.read_text(), run)
+    return run
+
+
+# ---- the models: PIMCOMP's JSON against fusiontune's zoo --------------------------------------
+@dataclass(frozen=True)
+class Layer:
+    """A CONV/FC node of a PIMCOMP model: its matrix as PIMCOMP partitions it."""
+
+    index: int
+    op: str
+    rows: int  # H = kernel_h * kernel_w * input_channel (a group conv as one dense matrix)
+    cols: int  # W = output channels
+    windows: int  # output positions (1 for an FC)
+    groups: int
+
+
+def pimcomp_layers(model_json: dict[str, Any]) -> list[Layer]:
+    """The CONV and FC nodes of a PIMCOMP model JSON, in node order."""
+    out = []
+    for node in model_json["node_list"]:
+        p = node.get("param", {})
+        if node["operation"] == "OP_CONV":
+            rows = p["kernel_h"] * p["kernel_w"] * p["input_channel"]
+            dims = node["output_dim"]
+            out.append(
+                Layer(
+                    node["index"],
+                    "conv",
+                    rows,
+                    p["output_channel"],
+                    dims[2] * dims[3],
+                    p.get("group", 1),
+                )
+            )
+        elif node["operation"] == "OP_FC":
+            out.append(Layer(node["index"], "fc", p["num_input"], p["num_output"], 1, 1))
+    return out
+
+
+def match_layers(layers: Sequence[Layer], matrices: Sequence[Any]) -> tuple[list[int], str]:
+    """Each PIMCOMP layer's fusiontune matrix (index), and '' or the first mismatch.
+
+    A layer matches a matrix of the same rows x cols (a grouped matrix counted whole, as
+    PIMCOMP does) and the same windows; among equal ones, the first unused in plan order
+    (both tools order a downsample branch differently).
+    """
+    if len(layers) != len(matrices):
+        return [], f"{len(layers)} CONV/FC nodes vs {len(matrices)} LINEAR stages"
+    used: set[int] = set()
+    match = []
+    for lay in layers:
+        key = (lay.rows, lay.cols, lay.windows)
+        found = next(
+            (
+                i
+                for i, m in enumerate(matrices)
+                if i not in used and (m.rows * m.count, m.cols * m.count, m.vectors) == key
+            ),
+            None,
+        )
+        if found is None:
+            return (
+                [],
+                f"node {lay.index} ({lay.rows}x{lay.cols}, {lay.windows} windows) has no match",
+            )
+        used.add(found)
+        match.append(found)
+    return match, ""
+
+
+# ---- the experiment ----------------------------------------------------------------------------
+def fusiontune_side(
+    zoo: str, layers: Sequence[Layer], pim: dict[tuple[str, str], PimcompRun]
+) -> tuple[list[dict[str, Any]], str]:
+    """fusiontune's rows for one model, and the model check's verdict."""
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.planner.baselines import unfused_plan
+    from fusiontune.planner.plan import PlannerConfig
+    from fusiontune.sim.cost import simulate
+    from fusiontune.sim.greedy import greedy_plan
+    from fusiontune.sim.hardware import load_hardware
+    from fusiontune.sim.needs import group_needs
+    from fusiontune.sim.placement import place_plan
+    from fusiontune.sim.replication import (
+        Replication,
+        balance_replication,
+        exact_replication,
+        images_per_s,
+        latency_cycles,
+        plan_stages,
+        uniform_replication,
+    )
+
+    hw = load_hardware(PRESET)
+    graph = build_zoo(zoo, 224)
+    plans = {"unfused": unfused_plan(graph), "greedy": greedy_plan(graph, PlannerConfig(), hw)}
+    unfused = plans["unfused"]
+    matrices = [m for g in unfused.groups for m in group_needs(graph, g).matrices]
+    match, verdict = match_layers(layers, matrices)
+    # PIMCOMP's copies by fusiontune op name (its CONV/FC nodes in order = the unfused stages)
+    pim_copies: dict[str, dict[str, int]] = {}
+    pim_xbars: dict[str, int] = {}
+    if not verdict:
+        for (strategy, mode), run in sorted(pim.items()):
+            if mode == "batch" and run.copies and run.crossbars is not None:
+                pim_copies[strategy] = {
+                    matrices[i].ops[0]: run.copies.get(lay.index, 1)
+                    for lay, i in zip(layers, match)
+                }
+                pim_xbars[strategy] = run.crossbars
+    rows: list[dict[str, Any]] = []
+    for plan_name, plan in plans.items():
+        stages = plan_stages(graph, plan, hw)
+        metrics = simulate(graph, plan, hw)
+        reps: list[tuple[str, Replication]] = [
+            ("ft exact @16128", exact_replication(stages, hw.n_crossbars)),
+            ("ft balance @16128", balance_replication(stages, hw.n_crossbars)),
+            ("ft uniform @16128", uniform_replication(stages, hw.n_crossbars)),
+        ]
+        for strategy, by_name in pim_copies.items():
+            copies = [by_name.get(s.name, 1) for s in stages]
+            rep = Replication(
+                strategy=f"PIMCOMP {strategy}",
+                copies=tuple(copies),
+                crossbars=sum(r * s.crossbars for s, r in zip(stages, copies)),
+                budget=hw.n_crossbars,
+                bottleneck_cycles=max(s.cycles / r for s, r in zip(stages, copies)),
+                proven=False,
+            )
+            reps.append((f"PIMCOMP {strategy}'s copies", rep))
+            budget = pim_xbars[strategy]
+            reps.append((f"ft exact @{budget} ({strategy})", exact_replication(stages, budget)))
+        for label, rep in reps:
+            placed = place_plan(graph, plan, hw, rep.as_map(stages)) if rep.feasible else None
+            windows = max((math.ceil(s.windows / r) for s, r in zip(stages, rep.copies)), default=0)
+            rows.append(
+                {
+                    "model": zoo,
+                    "plan": plan_name,
+                    "groups": len(plan.groups),
+                    "replication": label,
+                    "crossbars": rep.crossbars,
+                    "bottleneck_windows": windows,
+                    "images_per_s": round(images_per_s(rep, hw), 1),
+                    "latency_us": round(latency_cycles(stages, rep.copies) / hw.clock_ghz / 1e3, 2),
+                    "dram_bytes": metrics.traffic_bytes,
+                    "noc_bytes": placed.noc_bytes if placed else None,
+                    "noc_byte_hops": placed.noc_byte_hops if placed else None,
+                    "proven": rep.proven,
+                }
+            )
+    return rows, verdict
+
+
+def pimcomp_rows(zoo: str, pim: dict[tuple[str, str], PimcompRun]) -> list[dict[str, Any]]:
+    rows = []
+    for (strategy, mode), run in pim.items():
+        per_s = NS_PER_S / run.practical_ns if run.practical_ns and mode == "batch" else None
+        rows.append(
+            {
+                "model": zoo,
+                "strategy": strategy,
+                "mode": "HT (batch)" if mode == "batch" else "LL (element)",
+                "rc": run.rc,
+                "seconds": round(run.seconds, 1),
+                "crossbars": run.crossbars,
+                "cores_used": None,
+                "bottleneck_windows": run.bottleneck_windows,
+                "practical_us": round(run.practical_ns / 1e3, 2) if run.practical_ns else None,
+                "images_per_s": round(per_s, 1) if per_s else None,
+                "comm_bytes": run.comm_bytes,
+                "mem_load_bytes": run.mem_load_bytes,
+                "copies": " ".join(f"{r}" for r in run.copies.values()),
+                "error": run.error,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", default=os.environ.get("PIMCOMP_SRC"))
+    parser.add_argument(
+        "--work",
+        default=os.environ.get("PIMCOMP_WORK", str(Path(tempfile.gettempdir()) / "pimcomp-work")),
+    )
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
+    parser.add_argument("--modes", nargs="*", default=list(MODES))
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--from-logs", default=None, help="parse saved runs in this folder")
+    args = parser.parse_args()
+    if args.from_logs:
+        logs = Path(args.from_logs)
+        src = Path(args.src) if args.src else None
+    else:
+        if not args.src:
+            raise SystemExit("give the PIMCOMP-NN source: --src DIR or PIMCOMP_SRC")
+        src = Path(args.src)
+        work = Path(args.work)
+        binary = build(src, work)
+        run_dir = prepare_run_dir(src, work)
+        logs = work / "logs"
+        logs.mkdir(exist_ok=True)
+        for zoo in args.models:
+            for strategy in args.strategies:
+                for mode in args.modes:
+                    print(f"PIMCOMP-NN {MODELS[zoo]} {strategy} {mode}", flush=True)
+                    run_one(binary, run_dir, MODELS[zoo], strategy, mode, args.timeout, logs)
+    json_dir = (src / "models" / "JSON") if src else logs
+    runs_table, side_table, verdicts = [], [], []
+    for zoo in args.models:
+        name = MODELS[zoo]
+        pim = {
+            (s, m): load_run(logs / f"{name}_{s}_{m}")
+            for s in args.strategies
+            for m in args.modes
+            if (logs / f"{name}_{s}_{m}.log").exists()
+        }
+        layers = pimcomp_layers(json.loads((json_dir / f"{name}.json").read_text()))
+        runs_table += pimcomp_rows(zoo, pim)
+        side, verdict = fusiontune_side(zoo, layers, pim)
+        side_table += side
+        verdicts.append(f"{zoo}: " + (verdict or "same CONV/FC matrices and windows"))
+    print_rows("PIMCOMP-NN runs", runs_table)
+    print_rows("side by side", side_table)
+    notes = tuple(NOTES) + tuple(f"Model check, {v}." for v in verdicts)
+    write_outputs(
+        "pimcomp",
+        "PIMCOMP-NN beside fusiontune on the 168-core ISAAC",
+        [("PIMCOMP-NN runs", runs_table), ("fusiontune beside it", side_table)],
+        notes,
+    )
+
+
+NOTES = (
+    "Chip: PIMCOMP-NN's `config.json` set to `layout [12, 14]` (168 cores), "
+    "`xbar_array_count 96`, `xbar_size [128, 32]`, `adc_count 8`, `cell_precision 2`; "
+    "`configure.h` `OneChipWidth` 12 -> 14 (one chip). See results/exp_pimcomp.md's text for "
+    "the mismatches with `isaac_168`.",
+)
+
+
+if __name__ == "__main__":
+    main()
