@@ -10,25 +10,30 @@ this script:
    joined by HyperTransport);
 2. **configures** its chip to match fusiontune's ``isaac_168`` (``config.json``: 168 cores as a
    12 x 14 layout, 96 crossbars per core, crossbars of 128 rows x 32 8-bit weights = one
-   128 x 128 crossbar of 2-bit cells each, 8-bit arithmetic; every mismatch is in the notes);
-3. **runs** its backend per model (its own ONNX-zoo conversions ``models/JSON/{resnet18, vgg16,
-   mobilenetv2}.json``, checked layer by layer against fusiontune's zoo models: same matrices,
-   same windows) with each replication strategy (``balance``, ``uniform``, ``W0H0``, ``GA``) in
-   its throughput (``-p=batch``, "HT") and latency (``-p=element``, "LL") modes;
-4. **parses** its output: crossbars used (``#RRAMs needed``), copies per layer and windows per
-   copy (``output/MappingResult.txt``), its evaluated time (``practical (ns)``), inter-core and
-   global-memory bytes (``COMM``/``MEM`` ``Volume (bytes)``);
-5. puts fusiontune beside it at the same crossbar budget: ``exact_replication``,
-   ``balance_replication``, ``uniform_replication`` at 16,128 crossbars and at the crossbars
-   PIMCOMP's own balance used, PIMCOMP's replication evaluated in fusiontune's cycle model, and
-   ``simulate``/``place_plan`` (DRAM bytes, NoC bytes and byte-hops) of the greedy and unfused
-   plans placed with the exact replication.
+   128 x 128 crossbar of 2-bit cells each, 8-bit arithmetic), and for vgg16, which fits neither
+   tool's single chip, three such chips (``isaac_168x3``);
+3. **runs** its backend per model on its own ONNX-zoo conversions (``models/JSON/{resnet18,
+   vgg16, mobilenetv2}.json``: its element pipeline keys constants on these names) with each
+   replication strategy (``balance``, ``uniform``, ``W0H0``, ``GA``) in its throughput
+   (``-p=batch``, "HT") and latency (``-p=element``, "LL") modes;
+4. **checks the models**: each JSON's CONV/FC matrices and windows against fusiontune's zoo
+   model at 224², and our zoo model exported to ONNX (BN folded) through its frontend
+   (``frontend/frontend.py``, one NumPy 2 fix) against the JSON it ran on;
+5. **parses** its output: crossbars used (``#RRAMs needed``), copies per layer and windows per
+   copy (``output/MappingResult.txt``), its evaluated time (``practical (ns)``), inter-core,
+   global-memory and inter-chip bytes (``COMM``/``MEM``/``HT`` ``Volume (bytes)``);
+6. puts fusiontune beside it: ``exact_replication``, ``balance_replication`` and
+   ``uniform_replication`` at the whole chip's crossbars and ``exact_replication`` at the
+   crossbars each PIMCOMP strategy used, PIMCOMP's copies evaluated in fusiontune's cycle model,
+   and ``simulate``/``place_plan`` (DRAM bytes, NoC bytes and byte-hops) of the unfused and
+   greedy plans placed with each replication.
 
-Writes ``results/exp_pimcomp.md``, ``exp_pimcomp.csv`` (PIMCOMP runs) and ``exp_pimcomp_2.csv``
-(side by side). ``--from-logs DIR`` parses saved runs (``<model>_<strategy>_<mode>.log`` and
-``.mapping.txt``) instead of building and running. Usage:
-``python experiments/exp_pimcomp.py --src PIMCOMP_SRC [--work DIR] [--models ...]
-[--strategies ...] [--modes batch element] [--timeout S]``.
+Writes ``results/exp_pimcomp.md``, ``exp_pimcomp.csv`` (the goal per model),
+``exp_pimcomp_2.csv`` (PIMCOMP runs) and ``exp_pimcomp_3.csv`` (side by side).
+``--from-logs DIR`` parses saved runs (``DIR/<chip>/<model>_<strategy>_<mode>.log`` and
+``.mapping.txt``) instead of building and running. Usage: ``python experiments/exp_pimcomp.py
+--src PIMCOMP_SRC [--work DIR] [--chips ...] [--models ...] [--strategies ...] [--modes ...]
+[--timeout S] [--from-logs DIR] [--no-convert]``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +63,39 @@ NS_PER_S = 1e9
 
 #: PIMCOMP chip matched to isaac_168 (config.json keys, README "Hardware configuration").
 CHIP = {
-    "layout": [12, 14],  # ChipH x ChipW = 168 cores
     "xbar_array_count": 96,  # CoreH: crossbars per core (CoreW is fixed at 1)
     "xbar_size": [128, 32],  # CrossbarH rows x CrossbarW weights (8-bit weights on 2-bit cells)
     "cell_precision": 2,
     "adc_count": 8,  # read as ArithmeticPrecision: the bits of inputs, weights and outputs
 }
 ONE_CHIP_WIDTH = 14  # configure.h OneChipWidth: cores per chip row in the evaluator
+
+
+@dataclass(frozen=True)
+class Chip:
+    """A chip both tools are run on: PIMCOMP's core layout and fusiontune's preset + overrides."""
+
+    name: str
+    layout: tuple[int, int]  # PIMCOMP ChipH x ChipW (its evaluator: 12 x 14 cores per chip)
+    overrides: dict[str, Any]  # on fusiontune's isaac_168
+
+
+CHIPS = {
+    "isaac_168": Chip("isaac_168", (12, 14), {}),
+    # three ISAAC chips (504 tiles): the smallest ISAAC system holding vgg16's weights; for
+    # fusiontune one 14 x 9 c-mesh (it has no chip boundaries; PIMCOMP adds HyperTransport)
+    "isaac_168x3": Chip(
+        "isaac_168x3",
+        (36, 14),
+        {"cores": 504, "n_crossbars": 3 * 16128, "buffer_bytes": 3 * 11010048, "mesh_width": 14},
+    ),
+}
+#: the chips each model is run on (vgg16 does not fit one ISAAC chip: both tools say so)
+MODEL_CHIPS = {
+    "resnet18": ("isaac_168",),
+    "vgg16": ("isaac_168", "isaac_168x3"),
+    "mobilenet_v2": ("isaac_168",),
+}
 
 
 # ---- PIMCOMP-NN: build, configure, run ---------------------------------------------------------
@@ -97,9 +128,9 @@ def build(src: Path, work: Path) -> Path:
     return binary
 
 
-def prepare_run_dir(src: Path, work: Path) -> Path:
+def prepare_run_dir(src: Path, work: Path, layout: Chip) -> Path:
     """The layout the binary expects (it reads ``../config.json``, ``../models/JSON``)."""
-    run = work / "run"
+    run = work / "run" / layout.name
     (run / "bin").mkdir(parents=True, exist_ok=True)
     (run / "output").mkdir(exist_ok=True)
     shutil.copytree(src / "models" / "JSON", run / "models" / "JSON", dirs_exist_ok=True)
@@ -110,17 +141,16 @@ def prepare_run_dir(src: Path, work: Path) -> Path:
     matrix["xbar_size"] = CHIP["xbar_size"]
     matrix["cell_precision"] = CHIP["cell_precision"]
     matrix["adc_count"] = CHIP["adc_count"]
-    chip["network_config"]["layout"] = CHIP["layout"]
-    chip["core_cnt"] = CHIP["layout"][0] * CHIP["layout"][1]
+    chip["network_config"]["layout"] = list(layout.layout)
+    chip["core_cnt"] = layout.layout[0] * layout.layout[1]
     (run / "config.json").write_text(json.dumps(config, indent=2))
     return run
 
 
 def run_one(
-    binary: Path, run: Path, model: str, strategy: str, mode: str, timeout_s: float, logs: Path
+    binary: Path, run: Path, model: str, strategy: str, mode: str, timeout_s: float, stem: Path
 ) -> Path:
-    """Run the backend once; its stdout saved as ``logs/<model>_<strategy>_<mode>.log``."""
-    stem = logs / f"{model}_{strategy}_{mode}"
+    """Run the backend once; its stdout saved as ``stem.log``, its mapping ``.mapping.txt``."""
     cmd = [str(binary), f"-m={model}", f"-r={strategy}", f"-p={mode}"]
     t0 = time.perf_counter()
     try:
@@ -153,6 +183,7 @@ class PimcompRun:
             i.e. one image in the steady state; element: one image's latency).
         comm_bytes: bytes sent between cores.
         mem_load_bytes: bytes loaded from its global memory (``MEM Volume``: loads only).
+        ht_bytes: bytes sent between chips (HyperTransport; 0 on one chip).
         copies: per CONV/FC node index, the copies of its weights.
         windows_per_copy: per node, the sliding windows (matrix-vector products) one copy computes.
         node_crossbars: per node, the crossbars of all its copies.
@@ -165,6 +196,7 @@ class PimcompRun:
     practical_ns: float | None = None
     comm_bytes: int | None = None
     mem_load_bytes: int | None = None
+    ht_bytes: int | None = None
     copies: dict[int, int] = field(default_factory=dict)
     windows_per_copy: dict[int, int] = field(default_factory=dict)
     node_crossbars: dict[int, int] = field(default_factory=dict)
@@ -200,6 +232,8 @@ def parse_log(text: str) -> PimcompRun:
     ]
     if len(volumes) >= 2:
         run.comm_bytes, run.mem_load_bytes = int(volumes[0]), int(volumes[1])
+    ht = _after(lines, "HT Volume (bytes)")
+    run.ht_bytes = int(ht) if ht else None
     if run.practical_ns is None:
         tail = [ln for ln in lines if ln.strip()][-3:]
         run.error = " / ".join(tail)[:300] if run.rc != -1 else "timed out"
@@ -300,9 +334,118 @@ def match_layers(layers: Sequence[Layer], matrices: Sequence[Any]) -> tuple[list
     return match, ""
 
 
+# ---- our ONNX through its frontend ------------------------------------------------------------
+NUMPY2_FIX = (
+    "float(np.frombuffer(self.model.graph.initializer[{0}_index].raw_data, dtype=np.float32))",
+    "float(np.frombuffer(self.model.graph.initializer[{0}_index].raw_data, dtype=np.float32)[0])",
+)
+"""Its frontend's ``Clip`` bounds: ``float()`` of a 1-element array, an error since NumPy 2."""
+
+
+def fold_batchnorm(model: Any) -> Any:
+    """Fold every ``BatchNormalization`` into the ``Conv`` before it (PIMCOMP's frontend has
+    no BN). Raises ValueError naming a BN that does not follow a Conv used once."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    g = model.graph
+    init = {t.name: t for t in g.initializer}
+    producer = {o: n for n in g.node for o in n.output}
+    uses: dict[str, int] = {}
+    for n in g.node:
+        for i in n.input:
+            uses[i] = uses.get(i, 0) + 1
+    keep = []
+    for node in g.node:
+        if node.op_type != "BatchNormalization":
+            keep.append(node)
+            continue
+        conv = producer.get(node.input[0])
+        if conv is None or conv.op_type != "Conv" or uses[node.input[0]] != 1:
+            raise ValueError(f"BatchNormalization {node.name!r} does not follow a Conv used once")
+        eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        scale, shift, mean, var = (
+            numpy_helper.to_array(init[x]).astype(np.float64) for x in node.input[1:5]
+        )
+        w = numpy_helper.to_array(init[conv.input[1]]).astype(np.float64)
+        bias = (
+            numpy_helper.to_array(init[conv.input[2]]).astype(np.float64)
+            if len(conv.input) > 2
+            else np.zeros(w.shape[0])
+        )
+        k = scale / np.sqrt(var + eps)
+        w_name, b_name = conv.output[0] + "_w_folded", conv.output[0] + "_b_folded"
+        g.initializer.extend(
+            [
+                numpy_helper.from_array(
+                    (w * k.reshape(-1, *[1] * (w.ndim - 1))).astype(np.float32), w_name
+                ),
+                numpy_helper.from_array(((bias - mean) * k + shift).astype(np.float32), b_name),
+            ]
+        )
+        x = conv.input[0]
+        del conv.input[:]
+        conv.input.extend([x, w_name, b_name])
+        del conv.output[:]
+        conv.output.append(node.output[0])
+    del g.node[:]
+    g.node.extend(keep)
+    used = {i for n in g.node for i in n.input}
+    live = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(live)
+    return model
+
+
+def convert_check(src: Path, work: Path, zoo: str) -> str:
+    """Our zoo model as ONNX (BN folded) through PIMCOMP-NN's frontend, compared with the model
+    JSON its backend ran on; a sentence for the notes."""
+    import sys
+
+    import onnx
+
+    from fusiontune.export.onnx_export import to_onnx
+    from fusiontune.frontend.zoo import build_zoo
+
+    out = work / "convert"
+    out.mkdir(parents=True, exist_ok=True)
+    frontend = out / "frontend_np2.py"
+    text = (src / "frontend" / "frontend.py").read_text()
+    for bound in ("min", "max"):
+        text = text.replace(NUMPY2_FIX[0].format(bound), NUMPY2_FIX[1].format(bound))
+    frontend.write_text(text)
+    model_path, json_path = out / f"{zoo}.onnx", out / f"{zoo}.json"
+    if not json_path.exists():
+        onnx.save(fold_batchnorm(to_onnx(build_zoo(zoo, 224))), str(model_path))
+        proc = subprocess.run(
+            [sys.executable, str(frontend), "--model_path", str(model_path),
+             "--save_path", str(json_path)],
+            cwd=out, capture_output=True, text=True,
+        )  # fmt: skip
+        model_path.unlink(missing_ok=True)
+        if proc.returncode != 0 or not json_path.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
+            return f"Frontend on our {zoo} ONNX failed: {' '.join(tail)}."
+    ours = pimcomp_layers(json.loads(json_path.read_text()))
+    theirs = pimcomp_layers(
+        json.loads((src / "models" / "JSON" / f"{MODELS[zoo]}.json").read_text())
+    )
+
+    def key(layers: Sequence[Layer]) -> list[tuple[int, ...]]:
+        return sorted((x.rows, x.cols, x.windows, x.groups) for x in layers)
+
+    same = key(ours) == key(theirs)
+    return (
+        f"Our {zoo} (fusiontune zoo, 224², BN folded) through its frontend: {len(ours)} CONV/FC "
+        f"nodes, "
+        + ("the same matrices and windows as" if same else "NOT the same as")
+        + f" its shipped `{MODELS[zoo]}.json`."
+    )
+
+
 # ---- the experiment ----------------------------------------------------------------------------
 def fusiontune_side(
-    zoo: str, layers: Sequence[Layer], pim: dict[tuple[str, str], PimcompRun]
+    chip: Chip, zoo: str, layers: Sequence[Layer], pim: dict[tuple[str, str], PimcompRun]
 ) -> tuple[list[dict[str, Any]], str]:
     """fusiontune's rows for one model, and the model check's verdict."""
     from fusiontune.frontend.zoo import build_zoo
@@ -323,7 +466,7 @@ def fusiontune_side(
         uniform_replication,
     )
 
-    hw = load_hardware(PRESET)
+    hw = load_hardware(PRESET, chip.overrides or None)
     graph = build_zoo(zoo, 224)
     plans = {"unfused": unfused_plan(graph), "greedy": greedy_plan(graph, PlannerConfig(), hw)}
     unfused = plans["unfused"]
@@ -332,6 +475,7 @@ def fusiontune_side(
     # PIMCOMP's copies by fusiontune op name (its CONV/FC nodes in order = the unfused stages)
     pim_copies: dict[str, dict[str, int]] = {}
     pim_xbars: dict[str, int] = {}
+    pim_unit: dict[str, int] = {}
     if not verdict:
         for (strategy, mode), run in sorted(pim.items()):
             if mode == "batch" and run.copies and run.crossbars is not None:
@@ -340,14 +484,20 @@ def fusiontune_side(
                     for lay, i in zip(layers, match)
                 }
                 pim_xbars[strategy] = run.crossbars
+                for lay, i in zip(layers, match):  # crossbars of one copy, PIMCOMP's count
+                    if lay.index in run.node_crossbars:
+                        pim_unit[matrices[i].ops[0]] = (
+                            run.node_crossbars[lay.index] // run.copies[lay.index]
+                        )
     rows: list[dict[str, Any]] = []
     for plan_name, plan in plans.items():
         stages = plan_stages(graph, plan, hw)
         metrics = simulate(graph, plan, hw)
+        full = hw.n_crossbars
         reps: list[tuple[str, Replication]] = [
-            ("ft exact @16128", exact_replication(stages, hw.n_crossbars)),
-            ("ft balance @16128", balance_replication(stages, hw.n_crossbars)),
-            ("ft uniform @16128", uniform_replication(stages, hw.n_crossbars)),
+            (f"ft exact @{full}", exact_replication(stages, full)),
+            (f"ft balance @{full}", balance_replication(stages, full)),
+            (f"ft uniform @{full}", uniform_replication(stages, full)),
         ]
         for strategy, by_name in pim_copies.items():
             copies = [by_name.get(s.name, 1) for s in stages]
@@ -362,11 +512,23 @@ def fusiontune_side(
             reps.append((f"PIMCOMP {strategy}'s copies", rep))
             budget = pim_xbars[strategy]
             reps.append((f"ft exact @{budget} ({strategy})", exact_replication(stages, budget)))
+            if all(s.name in pim_unit for s in stages):
+                # the solver alone: fusiontune's exact on PIMCOMP's crossbars per layer
+                theirs = [replace(s, crossbars=pim_unit[s.name]) for s in stages]
+                exact = exact_replication(theirs, budget)
+                rep = replace(
+                    exact,
+                    strategy="exact on PIMCOMP's costs",
+                    crossbars=sum(r * s.crossbars for s, r in zip(stages, exact.copies)),
+                    budget=hw.n_crossbars,
+                )
+                reps.append((f"ft exact, PIMCOMP's xbars/layer @{budget} ({strategy})", rep))
         for label, rep in reps:
             placed = place_plan(graph, plan, hw, rep.as_map(stages)) if rep.feasible else None
             windows = max((math.ceil(s.windows / r) for s, r in zip(stages, rep.copies)), default=0)
             rows.append(
                 {
+                    "chip": chip.name,
                     "model": zoo,
                     "plan": plan_name,
                     "groups": len(plan.groups),
@@ -384,29 +546,119 @@ def fusiontune_side(
     return rows, verdict
 
 
-def pimcomp_rows(zoo: str, pim: dict[tuple[str, str], PimcompRun]) -> list[dict[str, Any]]:
+def pimcomp_rows(
+    chip: str, zoo: str, pim: dict[tuple[str, str], PimcompRun]
+) -> list[dict[str, Any]]:
+    """One row per PIMCOMP-NN run."""
     rows = []
     for (strategy, mode), run in pim.items():
         per_s = NS_PER_S / run.practical_ns if run.practical_ns and mode == "batch" else None
         rows.append(
             {
+                "chip": chip,
                 "model": zoo,
                 "strategy": strategy,
                 "mode": "HT (batch)" if mode == "batch" else "LL (element)",
                 "rc": run.rc,
                 "seconds": round(run.seconds, 1),
                 "crossbars": run.crossbars,
-                "cores_used": None,
                 "bottleneck_windows": run.bottleneck_windows,
                 "practical_us": round(run.practical_ns / 1e3, 2) if run.practical_ns else None,
                 "images_per_s": round(per_s, 1) if per_s else None,
                 "comm_bytes": run.comm_bytes,
                 "mem_load_bytes": run.mem_load_bytes,
+                "ht_bytes": run.ht_bytes,
                 "copies": " ".join(f"{r}" for r in run.copies.values()),
                 "error": run.error,
             }
         )
     return rows
+
+
+def summary_row(
+    chip: str,
+    zoo: str,
+    pim: dict[tuple[str, str], PimcompRun],
+    side: Sequence[dict[str, Any]],
+    hop_vs_dram: float,
+) -> dict[str, Any]:
+    """The goal of issue 21 item 6 for one model: PIMCOMP's best throughput-mode strategy (by
+    its own evaluator) against fusiontune's exact replication at the same crossbars.
+
+    ``hop_vs_dram``: the energy of one NoC byte-hop over one DRAM byte (``movement_bytes``).
+    PIMCOMP's movement counts its global-memory loads as DRAM bytes and each inter-core byte
+    as one hop (its evaluator's bus; a lower bound on a mesh)."""
+    done = {s: r for (s, m), r in pim.items() if m == "batch" and r.practical_ns}
+    row: dict[str, Any] = {"chip": chip, "model": zoo}
+    if not done:
+        row["pimcomp_best"] = "none ran"
+        return row
+    best_name, best = min(done.items(), key=lambda kv: kv[1].practical_ns or math.inf)
+    bal = done.get("balance")
+    label = f"ft exact @{best.crossbars} ({best_name})"
+    ft = next((r for r in side if r["plan"] == "greedy" and r["replication"] == label), None)
+    ft_bal = next(
+        (r for r in side if r["plan"] == "greedy" and r["replication"].startswith("ft balance")),
+        None,
+    )
+    ft_exact = next(
+        (r for r in side if r["plan"] == "greedy" and r["replication"].startswith("ft exact @")),
+        None,
+    )
+    solver = next(
+        (
+            r
+            for r in side
+            if r["plan"] == "greedy"
+            and r["replication"]
+            == f"ft exact, PIMCOMP's xbars/layer @{best.crossbars} ({best_name})"
+        ),
+        None,
+    )
+    pim_bytes = (best.comm_bytes or 0) + (best.mem_load_bytes or 0)
+    row.update(
+        {
+            "pimcomp_best": best_name,
+            "pimcomp_xbars": best.crossbars,
+            "pimcomp_bottleneck_windows": best.bottleneck_windows,
+            "pimcomp_img_s_own": round(NS_PER_S / (best.practical_ns or math.inf), 1),
+            "pimcomp_best_vs_balance_own": (
+                round((bal.practical_ns or 0) / (best.practical_ns or 1), 3) if bal else None
+            ),
+            "pimcomp_comm_plus_mem_bytes": pim_bytes,
+        }
+    )
+    if ft is not None:
+        ft_bytes = ft["dram_bytes"] + (ft["noc_bytes"] or 0)
+        row.update(
+            {
+                "ft_xbars": ft["crossbars"],
+                "ft_bottleneck_windows": ft["bottleneck_windows"],
+                "ft_img_s_own": ft["images_per_s"],
+                "ft_exact_vs_balance_own": (
+                    round(ft_exact["images_per_s"] / ft_bal["images_per_s"], 3)
+                    if ft_exact and ft_bal and ft_bal["images_per_s"]
+                    else None
+                ),
+                "ft_solver_on_pimcomp_costs_windows": (
+                    solver["bottleneck_windows"] if solver else None
+                ),
+                "ft_dram_plus_noc_bytes": ft_bytes,
+                "ft_movement_bytes": round(
+                    ft["dram_bytes"] + (ft["noc_byte_hops"] or 0) * hop_vs_dram
+                ),
+                "pimcomp_movement_bytes": round(
+                    (best.mem_load_bytes or 0) + (best.comm_bytes or 0) * hop_vs_dram
+                ),
+                "throughput_geq": ft["bottleneck_windows"] <= (best.bottleneck_windows or 0),
+                "fewer_bytes": ft_bytes < pim_bytes,
+            }
+        )
+    return row
+
+
+def _stem(logs: Path, chip: str, model: str, strategy: str, mode: str) -> Path:
+    return logs / chip / f"{model}_{strategy}_{mode}"
 
 
 def main() -> None:
@@ -419,48 +671,77 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     parser.add_argument("--modes", nargs="*", default=list(MODES))
-    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--chips", nargs="*", default=list(CHIPS))
+    parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--from-logs", default=None, help="parse saved runs in this folder")
+    parser.add_argument(
+        "--no-convert", action="store_true", help="skip converting our ONNX with its frontend"
+    )
     args = parser.parse_args()
+    if not args.src:
+        raise SystemExit("give the PIMCOMP-NN source: --src DIR or PIMCOMP_SRC")
+    src = Path(args.src)
+    work = Path(args.work)
+    conversions: list[str] = []
     if args.from_logs:
         logs = Path(args.from_logs)
-        src = Path(args.src) if args.src else None
     else:
-        if not args.src:
-            raise SystemExit("give the PIMCOMP-NN source: --src DIR or PIMCOMP_SRC")
-        src = Path(args.src)
-        work = Path(args.work)
         binary = build(src, work)
-        run_dir = prepare_run_dir(src, work)
         logs = work / "logs"
-        logs.mkdir(exist_ok=True)
+        for chip in args.chips:
+            run_dir = prepare_run_dir(src, work, CHIPS[chip])
+            (logs / chip).mkdir(parents=True, exist_ok=True)
+            for zoo in args.models:
+                if chip not in MODEL_CHIPS[zoo]:
+                    continue
+                for strategy in args.strategies:
+                    for mode in args.modes:
+                        print(f"PIMCOMP-NN {chip} {MODELS[zoo]} {strategy} {mode}", flush=True)
+                        stem = _stem(logs, chip, MODELS[zoo], strategy, mode)
+                        run_one(binary, run_dir, MODELS[zoo], strategy, mode, args.timeout, stem)
+    if not args.no_convert:
         for zoo in args.models:
-            for strategy in args.strategies:
-                for mode in args.modes:
-                    print(f"PIMCOMP-NN {MODELS[zoo]} {strategy} {mode}", flush=True)
-                    run_one(binary, run_dir, MODELS[zoo], strategy, mode, args.timeout, logs)
-    json_dir = (src / "models" / "JSON") if src else logs
-    runs_table, side_table, verdicts = [], [], []
-    for zoo in args.models:
-        name = MODELS[zoo]
-        pim = {
-            (s, m): load_run(logs / f"{name}_{s}_{m}")
-            for s in args.strategies
-            for m in args.modes
-            if (logs / f"{name}_{s}_{m}.log").exists()
-        }
-        layers = pimcomp_layers(json.loads((json_dir / f"{name}.json").read_text()))
-        runs_table += pimcomp_rows(zoo, pim)
-        side, verdict = fusiontune_side(zoo, layers, pim)
-        side_table += side
-        verdicts.append(f"{zoo}: " + (verdict or "same CONV/FC matrices and windows"))
+            conversions.append(convert_check(src, work, zoo))
+    runs_table, side_table, summary, verdicts = [], [], [], []
+    from fusiontune.sim.hardware import load_hardware
+
+    isaac = load_hardware(PRESET)
+    hop_vs_dram = isaac.noc_pj_per_bit_hop / isaac.dram_pj_per_bit
+    for chip in args.chips:
+        for zoo in args.models:
+            if chip not in MODEL_CHIPS[zoo]:
+                continue
+            name = MODELS[zoo]
+            pim = {
+                (s, m): load_run(_stem(logs, chip, name, s, m))
+                for s in args.strategies
+                for m in args.modes
+                if _stem(logs, chip, name, s, m).with_suffix(".log").exists()
+            }
+            model_json = json.loads((src / "models" / "JSON" / f"{name}.json").read_text())
+            layers = pimcomp_layers(model_json)
+            runs_table += pimcomp_rows(chip, zoo, pim)
+            side, verdict = fusiontune_side(CHIPS[chip], zoo, layers, pim)
+            side_table += side
+            summary.append(summary_row(chip, zoo, pim, side, hop_vs_dram))
+            if chip == args.chips[0]:
+                verdicts.append(f"{zoo}: " + (verdict or "same CONV/FC matrices and windows"))
     print_rows("PIMCOMP-NN runs", runs_table)
     print_rows("side by side", side_table)
-    notes = tuple(NOTES) + tuple(f"Model check, {v}." for v in verdicts)
+    print_rows("goal", summary)
+    notes = (
+        tuple(NOTES)
+        + tuple(f"PIMCOMP-NN's model JSON vs fusiontune's zoo model, {v}." for v in verdicts)
+        + tuple(conversions)
+    )
     write_outputs(
         "pimcomp",
         "PIMCOMP-NN beside fusiontune on the 168-core ISAAC",
-        [("PIMCOMP-NN runs", runs_table), ("fusiontune beside it", side_table)],
+        [
+            ("Goal: equal crossbars, throughput and bytes", summary),
+            ("PIMCOMP-NN runs", runs_table),
+            ("fusiontune beside it", side_table),
+        ],
         notes,
     )
 
