@@ -66,3 +66,30 @@ def test_layers_match_matrices_of_equal_shape_in_any_order() -> None:
     bad = [mod.Layer(1, "conv", 64, 64, 784, 1), layers[1]]
     match, why = mod.match_layers(bad, mats)
     assert match == [] and "node 1" in why
+
+
+def test_the_goal_row_takes_pimcomps_fastest_strategy_and_compares_at_its_crossbars() -> None:
+    mod = _load()
+    fast = mod.PimcompRun(crossbars=100, practical_ns=1000.0, comm_bytes=10, mem_load_bytes=90)
+    fast.windows_per_copy = {1: 5}
+    slow = mod.PimcompRun(crossbars=50, practical_ns=4000.0, comm_bytes=1, mem_load_bytes=9)
+    pim = {("GA", "batch"): fast, ("balance", "batch"): slow, ("GA", "element"): slow}
+
+    def side(label: str, windows: int, per_s: float) -> dict[str, object]:
+        return {
+            "plan": "greedy", "replication": label, "crossbars": 90, "bottleneck_windows": windows,
+            "images_per_s": per_s, "dram_bytes": 20, "noc_bytes": 30, "noc_byte_hops": 60,
+        }  # fmt: skip
+
+    rows = [
+        side("ft exact @400", 2, 40.0),
+        side("ft balance @400", 4, 20.0),
+        side("ft exact @100 (GA)", 5, 10.0),
+    ]
+    row = mod.summary_row("chip", "m", pim, rows, 0.5)
+    assert (row["pimcomp_best"], row["pimcomp_xbars"], row["ft_xbars"]) == ("GA", 100, 90)
+    assert row["pimcomp_img_s_own"] == 1e6 and row["pimcomp_best_vs_balance_own"] == 4.0
+    assert row["ft_exact_vs_balance_own"] == 2.0
+    assert row["throughput_geq"] is True and row["fewer_bytes"] is True  # 50 < 100
+    assert (row["ft_movement_bytes"], row["pimcomp_movement_bytes"]) == (50, 95)
+    assert mod.summary_row("chip", "m", {}, rows, 0.5)["pimcomp_best"] == "none ran"
