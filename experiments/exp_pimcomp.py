@@ -235,34 +235,52 @@ def parse_log(text: str) -> PimcompRun:
     ht = _after(lines, "HT Volume (bytes)")
     run.ht_bytes = int(ht) if ht else None
     if run.practical_ns is None:
-        tail = [ln for ln in lines if ln.strip()][-3:]
-        run.error = " / ".join(tail)[:300] if run.rc != -1 else "timed out"
+        if run.rc == -1:
+            run.error = "timed out"
+        else:
+            said = [ln.strip() for ln in lines[1:] if re.search("[A-Za-z]", ln)][-2:]
+            signal = {-6: "abort (SIGABRT)", -11: "segmentation fault (SIGSEGV)"}.get(run.rc)
+            run.error = " / ".join(said + ([signal] if signal else []))[:300]
     return run
 
 
-def parse_mapping(text: str, run: PimcompRun) -> None:
+def parse_mapping(
+    text: str, run: PimcompRun, core_crossbars: int = CHIP["xbar_array_count"]
+) -> None:
     """Copies, windows per copy and crossbars per node from ``MappingResult.txt``.
 
     A row is ``node r_index index_r | AG_index xbar_num input_cycle``: one array group (one row
-    block of one copy) with its crossbars and the windows its copy computes.
+    block of one copy) with the windows its copy computes. ``xbar_num`` is the layer's whole
+    width, ``ceil(W / CrossbarW)``; when that exceeds a core's ``core_crossbars`` PIMCOMP cuts
+    each copy into ``AGP = ceil(xbar_num / core_crossbars)`` column parts
+    (``CrossbarPartition.cpp``), each its own ``r_index`` (``copy x AGP + part``) whose rows
+    hold one part's columns: copies = distinct ``r_index`` / AGP, crossbars = rows x
+    ``xbar_num`` / AGP.
     """
     reps: dict[int, set[int]] = {}
+    rows: dict[int, int] = {}
+    width: dict[int, int] = {}
     for line in text.splitlines():
         m = re.match(r"\s*(\d+)\s+(\d+)\s+(\d+)\s+\|\s+(\d+)\s+(\d+)\s+(\d+)\s*$", line)
         if not m:
             continue
         node, rep, _, _, xbars, cycles = (int(g) for g in m.groups())
         reps.setdefault(node, set()).add(rep)
-        run.node_crossbars[node] = run.node_crossbars.get(node, 0) + xbars
+        rows[node] = rows.get(node, 0) + 1
+        width[node] = xbars
         run.windows_per_copy[node] = max(run.windows_per_copy.get(node, 0), cycles)
-    run.copies = {n: len(r) for n, r in sorted(reps.items())}
+    for node in sorted(reps):
+        agp = math.ceil(width[node] / core_crossbars)
+        run.copies[node] = len(reps[node]) // agp
+        run.node_crossbars[node] = rows[node] * width[node] // agp
 
 
 def load_run(stem: Path) -> PimcompRun:
-    """A saved run: ``stem.log`` and, when present, ``stem.mapping.txt``."""
+    """A saved run: ``stem.log`` and, when present, ``stem.mapping.txt`` (read only for a run
+    that finished: a failed one may leave a partial mapping)."""
     run = parse_log(stem.with_suffix(".log").read_text())
     mapping = stem.with_suffix(".mapping.txt")
-    if mapping.exists():
+    if mapping.exists() and run.practical_ns is not None:
         parse_mapping(mapping.read_text(), run)
     return run
 
@@ -805,7 +823,10 @@ NOTES = (
     "costs the exact solver reaches 196, the same as GA. PIMCOMP's balance fails there (`Illegal "
     "Replication Num.`: its balance does not charge the first copy of each layer against the "
     "budget and asks for 18,986 crossbars), W0H0 too (`replication time` 0), uniform gets "
-    "factor 1. GA is random (`srand(time)`): a re-run differs.",
+    "factor 1. vgg16 (three chips): balance is PIMCOMP's best (GA cannot run, below) with 389 "
+    "windows on 42,892 crossbars; fusiontune's exact at those crossbars reaches the same 389, "
+    "and beats W0H0 (392) and uniform (12,544 -> 299) at theirs. GA is random "
+    "(`srand(time)`): a re-run differs.",
     "**Bytes.** PIMCOMP's `COMM` = bytes between cores, `MEM` = bytes loaded from global "
     "memory (its printed total counts loads only; stores are in its per-core figures), per "
     "image in batch mode. fusiontune's greedy plan is one fused group: DRAM bytes are the "
@@ -815,7 +836,11 @@ NOTES = (
     "sends each copy's input vectors (im2col rows, a 3 x 3 conv re-sends each input element up "
     "to 9 times, unicast, no reuse at the receiver) from the stage's one home core and gathers "
     "the outputs back there, while PIMCOMP's cores load their windows from global memory with "
-    "reuse between sliding windows. Raw DRAM + NoC bytes are therefore not fewer on resnet18; "
+    "reuse between sliding windows (resnet18 greedy plan with the exact replication, "
+    "`place_plan`'s transfers by kind, measured once by wrapping its flow counter: input "
+    "scatter 18.8 MB, output gather 2.1 MB, partial sums 1.5 MB, tensors between ops 2.8 MB "
+    "of 25.1 MB; without replication 5.0 of 9.1 MB are scatter). Raw DRAM + NoC bytes are "
+    "therefore not fewer on resnet18; "
     "weighted by energy (`movement_bytes`: one DRAM byte = 48 byte-hops at `isaac_168`'s "
     "0.081 pJ/bit/hop against HBM2's 3.9 pJ/bit, PIMCOMP's global memory priced as DRAM and "
     "its COMM as one hop each) fusiontune moves about 10x less (`ft_movement_bytes` vs "
@@ -827,7 +852,11 @@ NOTES = (
     "stops with `Illegal Replication Num.`, uniform and W0H0 with `replication time is illegal`, "
     "GA's initialisation loops forever looking for a legal individual (stopped at the timeout). "
     "It is run on three chips (`isaac_168x3`: 504 cores; PIMCOMP adds HyperTransport between "
-    "its chips, fusiontune has one c-mesh of 126 routers, 14 x 9, no chip boundary).",
+    "its chips, its `ht_bytes`; fusiontune has one c-mesh of 126 routers, 14 x 9, no chip "
+    "boundary). There GA aborts at once (`double free or corruption`): vgg16's FC row blocks "
+    "need 128 crossbars in one core (its log: `Minimum Crossbar Num in One Core:128`) and GA, "
+    "unlike the other strategies, does not cut them over cores. So balance is PIMCOMP's best "
+    "on vgg16.",
 )
 
 

@@ -93,3 +93,17 @@ def test_the_goal_row_takes_pimcomps_fastest_strategy_and_compares_at_its_crossb
     assert row["throughput_geq"] is True and row["fewer_bytes"] is True  # 50 < 100
     assert (row["ft_movement_bytes"], row["pimcomp_movement_bytes"]) == (50, 95)
     assert mod.summary_row("chip", "m", {}, rows, 0.5)["pimcomp_best"] == "none ran"
+
+
+def test_a_layer_wider_than_a_core_counts_its_column_parts_as_one_copy() -> None:
+    """vgg16's FC: ceil(4096 / 32) = 128 crossbars per row block > 96 per core -> AGP 2."""
+    mod = _load()
+    lines = ["core_0", "   node  r_index  index_r  | AG_index  xbar_num  input_cycle"]
+    ag = 0
+    for part in (0, 1):  # r_index = copy x AGP + part
+        for block in range(3):
+            lines.append(f"     20      {part}       {block}     |  {ag:4d}       128          1")
+            ag += 1
+    run = mod.PimcompRun()
+    mod.parse_mapping("\n".join(lines), run)
+    assert run.copies == {20: 1} and run.node_crossbars == {20: 3 * 128}
