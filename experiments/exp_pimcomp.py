@@ -860,6 +860,14 @@ NOTES = (
     "`pimcomp_movement_bytes`). If PIMCOMP's global memory is on-chip SRAM rather than DRAM "
     "that advantage shrinks by its price ratio; the NoC model's scatter is the first thing to "
     "improve (multicast, or line buffers at the copies' cores).",
+    "**LL (element) mode.** PIMCOMP's element pipeline streams each layer's rows to the next "
+    "layer's cores, the counterpart of fusiontune's one-group plan: on resnet18 (balance) its "
+    "COMM rises to 10.1 MB and its global-memory loads fall to 0.58 MB. By raw bytes it still "
+    "moves fewer than fusiontune at the same crossbars (10.7 MB against 24.0 MB); weighted by "
+    "energy they are close (0.79 MB, its COMM priced as one hop, a lower bound, against "
+    "0.61 MB). Its latencies (balance 5.2 ms, GA 2.8 ms on resnet18) are evaluated schedules; "
+    "fusiontune's `latency_us` of a one-group plan is only its slowest stage (pipeline fill "
+    "left out, a lower bound), so latencies are not compared.",
     "**vgg16** does not fit one ISAAC chip at 8-bit weights in either tool (its FC layers alone "
     "need 30,208 crossbars against 16,128; both report it): PIMCOMP's balance segfaults or "
     "stops with `Illegal Replication Num.`, uniform and W0H0 with `replication time is illegal`, "
