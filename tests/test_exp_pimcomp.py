@@ -107,3 +107,9 @@ def test_a_layer_wider_than_a_core_counts_its_column_parts_as_one_copy() -> None
     run = mod.PimcompRun()
     mod.parse_mapping("\n".join(lines), run)
     assert run.copies == {20: 1} and run.node_crossbars == {20: 3 * 128}
+
+
+def test_one_copy_of_a_model_counts_its_crossbars_as_pimcomp_partitions_them() -> None:
+    mod = _load()
+    layers = [mod.Layer(35, "conv", 4608, 512, 49, 1), mod.Layer(40, "fc", 512, 1000, 1, 1)]
+    assert mod.one_copy_crossbars(layers) == 36 * 16 + 4 * 32  # ceil(H / 128) x ceil(W / 32)
