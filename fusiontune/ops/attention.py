@@ -3,9 +3,13 @@
 The op is ONNX's ``Attention`` (opset 23) in the form the attention pattern (P5,
 ``planner/attention.py``) produces and the importer keeps: 4-D ``Q [B, H, Nq, d]``,
 ``K [B, H, Nk, d]``, ``V [B, H, Nk, dv]``, an optional float ``attn_mask`` added to the scores
-(broadcast to ``[B, H, Nq, Nk]``), ``scale`` (default ``1/sqrt(d)``) and output 0 only. Other
-forms (3-D inputs, grouped heads, ``is_causal``, ``softcap``, a boolean mask, past keys and
-values, extra outputs) are OPAQUE with the reason (:func:`_unsupported`).
+(broadcast to ``[B, H, Nq, Nk]``), ``scale`` (default ``1/sqrt(d)``) and output 0 only.
+Grouped heads (GQA/MQA): ``K`` and ``V`` may have ``Hk`` heads with ``H`` a multiple of
+``Hk``; query head ``h`` reads key/value head ``h // (H / Hk)`` (ONNX's interleaved repeat,
+HF's ``repeat_kv``). ``is_causal=1``: query ``i`` sees keys ``j <= i`` (ONNX's top-left
+alignment without past keys), the fully masked K/V blocks are skipped. Other forms (3-D
+inputs, ``softcap``, a boolean mask, past keys and values, extra outputs) are OPAQUE with the
+reason (:func:`_unsupported`).
 
 It is OPAQUE (a group of its own: it runs on the digital units, not on crossbars) and its
 executor scheme is the *flash* one (``AttentionRole.FUSED``, ``sim/attention.py``): tiles of
@@ -56,6 +60,28 @@ _DEFAULTS = {
     "softcap": 0.0,
     "softmax_precision": 0,
 }
+
+
+def is_causal(op: Op) -> bool:
+    """The op masks keys after each query (``is_causal=1``, top-left aligned)."""
+    return bool(attr(op, "is_causal"))
+
+
+def kv_group(q_heads: int, kv_heads: int) -> int:
+    """Query heads per key/value head (1: no grouped heads)."""
+    return q_heads // kv_heads
+
+
+def causal_bias(positions: Array, c0: int, c1: int) -> Array:
+    """``[len(positions), c1 - c0]``: 0 where key ``j`` (``c0 <= j < c1``) is at or before the
+    row's query position, −inf after it."""
+    cols = np.arange(c0, c1)[None, :]
+    return np.where(cols <= positions[:, None], np.float32(0), np.float32(-np.inf))
+
+
+def causal_keys(last_position: int, nk: int) -> int:
+    """Keys a query at ``last_position`` (and every earlier one) can see under a causal mask."""
+    return min(nk, last_position + 1)
 
 
 def scale_of(op: Op, head_dim: int) -> float:
@@ -114,27 +140,40 @@ def mask_block(mask: Array | None, b: int, h: int, rows: slice, cols: slice) -> 
 
 
 def online_attention(op: Op, inputs: Inputs, block: int = ONLINE_BLOCK) -> list[Array]:
-    """The fused kernel: the online softmax over K/V blocks of ``block`` rows, per head."""
+    """The fused kernel: the online softmax over K/V blocks of ``block`` rows, per head
+    (causal: the blocks after the last query are skipped)."""
     q, k, v, mask = _operands(inputs)
     bq, hq, nq, d = q.shape
     scale = scale_of(op, d)
+    group, causal = kv_group(hq, k.shape[1]), is_causal(op)
+    nk = causal_keys(nq - 1, k.shape[2]) if causal else k.shape[2]
+    positions = np.arange(nq)
     out = np.empty((bq, hq, nq, v.shape[-1]), np.float32)
     for b, h in np.ndindex(bq, hq):
+        kh = h // group
         state = online_init(nq, v.shape[-1])
-        for k0 in range(0, k.shape[2], block):
+        for k0 in range(0, nk, block):
             cols = slice(k0, min(k0 + block, k.shape[2]))
             part = mask_block(mask, b, h, slice(0, nq), cols)
-            state = online_step(state, q[b, h], k[b, h, cols], v[b, h, cols], scale, part)
+            if causal:
+                bias = causal_bias(positions, cols.start, cols.stop)
+                part = bias if part is None else part + bias
+            state = online_step(state, q[b, h], k[b, kh, cols], v[b, kh, cols], scale, part)
         out[b, h] = online_finish(state)
     return [out]
 
 
 def _reference(op: Op, inputs: Inputs) -> list[Array]:
-    """Scores whole: ``softmax(scale·Q·Kᵀ + mask, axis=-1)·V`` (ONNX Attention, opset 23)."""
+    """Scores whole: ``softmax(scale·Q·Kᵀ + mask, axis=-1)·V`` (ONNX Attention, opset 23;
+    grouped K/V heads repeated, a causal mask as −inf after each query)."""
     q, k, v, mask = _operands(inputs)
+    group = kv_group(q.shape[1], k.shape[1])
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale_of(op, q.shape[-1]))
     if mask is not None:
         s = s + mask
+    if is_causal(op):
+        s = s + causal_bias(np.arange(q.shape[2]), 0, k.shape[2])
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     p = e / e.sum(axis=-1, keepdims=True)
     return [np.matmul(p, v).astype(np.float32)]
@@ -158,17 +197,19 @@ def _shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
         return [None] * n_out
     if len(q) != 4 or len(k) != 4 or len(v) != 4:
         return [None] * n_out  # the 3-D form is OPAQUE (its shapes from onnx)
-    if q[-1] != k[-1] or k[2] != v[2] or k[:2] != v[:2]:
+    if q[-1] != k[-1] or k[2] != v[2] or k[:2] != v[:2] or q[0] != k[0] or q[1] % k[1]:
         raise ShapeError(
             f"op '{op.name}' (Attention): Q {q}, K {k} and V {v} do not agree "
-            "(need Q [B,H,Nq,d], K [B,H,Nk,d], V [B,H,Nk,dv])"
+            "(need Q [B,H,Nq,d], K [B,Hk,Nk,d], V [B,Hk,Nk,dv], H a multiple of Hk)"
         )
     return [(*q[:-1], v[-1]), *([None] * (n_out - 1))]
 
 
 def _unsupported(op: Op, tensors: Tensors) -> str | None:
     """Why this Attention is outside the fused form (``None``: supported)."""
-    for key in ("is_causal", "softcap", "qk_matmul_output_mode"):
+    if attr(op, "is_causal") not in (0, 1):
+        return f"attribute is_causal={attr(op, 'is_causal')} is not supported (0 or 1)"
+    for key in ("softcap", "qk_matmul_output_mode"):
         if attr(op, key):
             return f"attribute {key}={attr(op, key)} is not supported (only 0)"
     if len(op.inputs) > MASK_INPUT + 1 and any(op.inputs[MASK_INPUT + 1 :]):
@@ -180,8 +221,9 @@ def _unsupported(op: Op, tensors: Tensors) -> str | None:
         return "only 4-D Q, K, V [B, H, N, d] are supported"
     q, k, _ = shapes
     assert q is not None and k is not None
-    if q[:2] != k[:2]:
-        return f"Q {q} and K {k} differ in batch or heads (grouped heads are not supported)"
+    if q[0] != k[0] or q[1] % k[1]:
+        return (f"Q {q} and K {k}: the batch differs or the query heads are not a multiple "
+                "of the key heads")  # fmt: skip
     if len(op.inputs) > MASK_INPUT and op.inputs[MASK_INPUT]:
         mask = tensors.get(op.inputs[MASK_INPUT])
         if mask is not None:
@@ -219,11 +261,13 @@ def _export(
 
 def _element_ops(graph: Graph, op: Op) -> int:
     """ALU ops: per score a dot product of ``d`` (two ops each), its share of ``P·V``
-    (``2 dv``) and :data:`ALU_OPS_PER_SCORE_FIXED`."""
+    (``2 dv``) and :data:`ALU_OPS_PER_SCORE_FIXED`; causal: the scores a query may see."""
     q = graph.tensors[op.inputs[0]].shape
     k = graph.tensors[op.inputs[1]].shape
     v = graph.tensors[op.inputs[2]].shape
     scores = math.prod(q[:-1]) * k[-2]
+    if is_causal(op):
+        scores = math.prod(q[:-2]) * sum(causal_keys(i, k[-2]) for i in range(q[-2]))
     return scores * (2 * q[-1] + 2 * v[-1] + ALU_OPS_PER_SCORE_FIXED)
 
 
@@ -247,12 +291,18 @@ KEYS_LAST = (0, 1, 3, 2)
 """The permutation that swaps the last two axes of a 4-D tensor (``Kᵀ`` <-> ``K``)."""
 
 
-def attention_op(name: str, q: str, k: str, v: str, mask: str | None, y: str, scale: float) -> Op:
-    """The fused op: ``Y = softmax(scale·Q·Kᵀ + mask)·V`` (ONNX ``Attention``, opset 23)."""
+def attention_op(
+    name: str, q: str, k: str, v: str, mask: str | None, y: str, scale: float, causal: bool = False
+) -> Op:
+    """The fused op: ``Y = softmax(scale·Q·Kᵀ + mask)·V`` (ONNX ``Attention``, opset 23;
+    ``causal``: ``is_causal=1``)."""
     from fusiontune.ir.graph import Op
 
     inputs = (q, k, v) if mask is None else (q, k, v, mask)
-    return Op(name, ATTENTION, inputs, (y,), {"scale": float(scale)})
+    attrs: dict[str, Any] = {"scale": float(scale)}
+    if causal:
+        attrs["is_causal"] = 1
+    return Op(name, ATTENTION, inputs, (y,), attrs)
 
 
 def transpose_op(name: str, x: str, y: str, perm: tuple[int, ...]) -> Op:

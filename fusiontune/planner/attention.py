@@ -60,6 +60,9 @@ RANK = 4  # [B, H, N, d]
 Mask = tuple[str, float | None, bool]
 """``(tensor, fill, keep)`` of one mask (:class:`AttentionChain`)."""
 IDENTITY = (0, 1, 2, 3)
+CAUSAL_FILL = -1e9
+"""A constant mask entry at most this is a key the query cannot see (HF writes
+``finfo(float32).min``, the zoo -1e9)."""
 
 
 @dataclass(frozen=True)
@@ -314,10 +317,13 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     if any(len(s) != RANK for s in shapes.values()):
         text = ", ".join(f"{n} {s}" for n, s in shapes.items())
         return _refused(w, f"Q, Kᵀ, V must be 4-D [B, H, N, d]; got {text}", chain)
-    if not (shapes[qt][:2] == shapes[kt][:2] == shapes[v][:2]):
+    q_bh, k_bh, v_bh = shapes[qt][:2], shapes[kt][:2], shapes[v][:2]
+    mqa = k_bh == v_bh == (q_bh[0], 1)  # one K/V head broadcast over the query heads
+    if not (q_bh == k_bh == v_bh or mqa):
         text = f"Q {shapes[qt]}, Kᵀ {shapes[kt]} and V {shapes[v]}"
-        return _refused(w, f"{text} differ in batch or heads (broadcast or grouped heads are "
-                           "not supported)", chain)  # fmt: skip
+        return _refused(w, f"{text} differ in batch or heads (only one K/V head broadcast "
+                           "over the query heads, or repeat_kv, is supported)",
+                        chain)  # fmt: skip
     dtypes = {graph.tensors[n].dtype for n in (qt, kt, v)}
     if dtypes != {"float32"}:
         return _refused(w, f"Q, K, V must be float32 (got {sorted(dtypes)})", chain)
@@ -335,6 +341,7 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     scale *= c
     k_src, c, k_perm = _keys(graph, kt, ops)
     scale *= c
+    k_src, v = _grouped(graph, k_src, k_perm, v, ops)
     order = tuple(sorted(ops, key=graph.op_index.__getitem__))
     masks = tuple(reversed(w.masks))  # in graph order
     return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale,
@@ -369,6 +376,53 @@ def _keys(graph: Graph, kt: str, ops: set[str]) -> tuple[str, float, tuple[int, 
     return src, scale * c, (None if k_perm == IDENTITY else k_perm)
 
 
+def _grouped(
+    graph: Graph, k: str, k_perm: tuple[int, ...] | None, v: str, ops: set[str]
+) -> tuple[str, str]:
+    """``(K source, V)`` with a repeat_kv on both absorbed: the fused op then reads the
+    ``Hk`` grouped heads (each once for its group of query heads). Without a repeat on both,
+    of one group size, ``(k, v)`` as they are."""
+    if k_perm is not None and k_perm[:2] != (0, 1):
+        return k, v
+    rk, rv = _repeat_kv(graph, k, ops), _repeat_kv(graph, v, ops)
+    if rk is None or rv is None:
+        return k, v
+    (k_src, k_ops), (v_src, v_ops) = rk, rv
+    if graph.tensors[k_src].shape[:2] != graph.tensors[v_src].shape[:2]:
+        return k, v
+    ops.update(k_ops + v_ops)
+    return k_src, v_src
+
+
+def _repeat_kv(graph: Graph, t: str, ops: set[str]) -> tuple[str, list[str]] | None:
+    """``(source, ops)`` when ``t [B, Hk·g, X, Y]`` is HF's ``repeat_kv`` of ``source
+    [B, Hk, X, Y]``: a view to ``[B, Hk, 1, X, Y]``, a broadcast to ``[B, Hk, g, X, Y]``, a
+    view to ``[B, Hk·g, X, Y]`` (query head ``h`` reads K/V head ``h // g``), each op read
+    only by the next (``None``: not that form). A ``Tile`` of the heads repeats them in
+    another order and is not absorbed."""
+    walk: list[str] = []
+    shapes: list[tuple[int, ...]] = [graph.tensors[t].shape]
+    roles = (AttentionRole.VIEW, AttentionRole.BROADCAST, AttentionRole.VIEW)
+    readers_ok = set(ops)
+    for role in roles:
+        p = graph.producer(t)
+        if p is None or attention_role(p) is not role or not _only_reader_in(graph, t, readers_ok):
+            return None
+        t = p.inputs[0]
+        if graph.is_constant(t):
+            return None
+        walk.append(p.name)
+        readers_ok.add(p.name)
+        shapes.append(graph.tensors[t].shape)
+    out, five, one, src = shapes
+    if len(out) != RANK or len(five) != RANK + 1 or src != (out[0], five[1], *out[2:]):
+        return None
+    b, hk, g = five[:3]
+    if five != (b, hk, g, *out[2:]) or one != (b, hk, 1, *out[2:]) or hk * g != out[1]:
+        return None
+    return t, walk
+
+
 def _only_reader_in(graph: Graph, t: str, ops: set[str]) -> bool:
     return t not in graph.outputs and all(r.name in ops for r in graph.consumers(t))
 
@@ -397,8 +451,8 @@ def fuse_attention(graph: Graph) -> Graph:
             shape = tuple(src.shape[i] for i in c.k_perm)
             tensors[k] = Tensor(k, shape, src.dtype)
             new.append(transpose_op(f"{name}.keys", c.k_source, k, c.k_perm))
-        mask = _one_mask(graph, c, name, tensors, new)
-        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale))
+        mask, causal = _one_mask(graph, c, name, tensors, new)
+        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale, causal))
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
         for op_name in c.ops:
@@ -419,9 +473,11 @@ def fuse_attention(graph: Graph) -> Graph:
 
 def _one_mask(
     graph: Graph, c: AttentionChain, name: str, tensors: dict[str, Tensor], new: list[Op]
-) -> str | None:
-    """The chain's masks as one additive float32 tensor: constant parts folded into one
-    constant, a Where on an activation condition as ``where(c, 0, fill)``, parts summed."""
+) -> tuple[str | None, bool]:
+    """The chain's masks as one additive float32 tensor and whether the op is causal:
+    constant parts folded into one constant, a Where on an activation condition as
+    ``where(c, 0, fill)``, parts summed. A folded constant that masks every key after its
+    query (:func:`causal_part`) becomes ``is_causal`` and its remainder (dropped when 0)."""
     parts: list[str] = []
     folded: np.ndarray | None = None
     for i, (tensor, fill, keep) in enumerate(c.masks):
@@ -446,10 +502,15 @@ def _one_mask(
             parts.append(out)
             continue
         folded = value if folded is None else (folded + value).astype(np.float32)
+    causal = False
     if folded is not None:
+        rest = causal_part(folded)
+        if rest is not None:
+            causal, folded = True, rest
+    if folded is not None and (not causal or np.any(folded)):
         parts.append(_const(tensors, f"{name}.mask", folded))
     if not parts:
-        return None
+        return None, causal
     mask = parts[0]
     for i, other in enumerate(parts[1:]):
         out = _fresh(tensors, f"{name}.masks{i}")
@@ -457,7 +518,21 @@ def _one_mask(
         tensors[out] = Tensor(out, tuple(int(d) for d in shape), "float32")
         new.append(add_op(out, mask, other, out))
         mask = out
-    return mask
+    return mask, causal
+
+
+def causal_part(mask: np.ndarray) -> np.ndarray | None:
+    """``mask`` with its causal part taken out, when every entry after the query (key
+    ``j > i``, top-left aligned over the last two axes) is at most :data:`CAUSAL_FILL`:
+    those entries set to 0 (``None``: not causal). Such a fill gives a softmax weight of
+    exactly 0, as ``is_causal`` does, for scores below 1e8 in magnitude."""
+    if mask.ndim < 2 or mask.shape[-1] < 2 or mask.shape[-2] < 1:
+        return None
+    nq, nk = mask.shape[-2:]
+    after = np.arange(nk)[None, :] > np.arange(nq)[:, None]
+    if not after.any() or not np.all(mask[..., after] <= CAUSAL_FILL):
+        return None
+    return np.where(after, np.float32(0), mask).astype(np.float32)
 
 
 def _const(tensors: dict[str, Tensor], stem: str, value: float | np.ndarray) -> str:
