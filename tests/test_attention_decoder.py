@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -243,7 +244,7 @@ def _onnx_attention(path: str, rank: int = 4, **attrs: object) -> onnx.ModelProt
 
 
 @pytest.mark.parametrize("rank", [4, 3])
-def test_onnx_attention_with_is_causal_and_grouped_heads_fuses(tmp_path, rank: int) -> None:  # type: ignore[no-untyped-def]
+def test_onnx_attention_with_is_causal_and_grouped_heads_fuses(tmp_path: Path, rank: int) -> None:
     from fusiontune.frontend.onnx_import import load_onnx
 
     model = _onnx_attention("gqa_causal", rank, is_causal=1)
