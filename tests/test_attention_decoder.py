@@ -146,6 +146,33 @@ def test_the_zoo_decoder_fuses_every_attention_causal_and_grouped(name: str) -> 
     assert (run.dram_read_bytes, run.dram_write_bytes) == (m.act_read_bytes, m.act_write_bytes)
 
 
+def test_the_decode_step_fuses_with_grouped_heads_over_the_kv_cache() -> None:
+    from fusiontune.frontend.zoo import _ZooBuilder
+    from fusiontune.frontend.zoo_llm import build_llama_decode
+
+    b = _ZooBuilder("decode", seed=0)
+    build_llama_decode(b, 2, 64, 4, 2, 15, 128)  # one token after 15 cached ones
+    graph = b.build()
+    g = fuse_attention(graph).lint()
+    ops = fused(g)
+    assert len(ops) == 2 and not [o for o in g.ops if is_activation_matmul(g, o)]
+    for op in ops:  # one query over the 16 keys of 2 K/V heads; no mask, not causal
+        assert g.tensors[op.inputs[1]].shape == (1, 2, 16, 16) and len(op.inputs) == 3
+        assert not op.attrs.get("is_causal")
+    x = random_inputs(graph, seed=7)
+    sess_want = _ort_all(to_onnx(graph), x)
+    run = execute(g, singleton_plan(g), x, hw=HW)
+    for name, want in zip(graph.outputs, sess_want):
+        assert rel_err(run.outputs[name], want) <= REL_TOL, name
+
+
+def _ort_all(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
 # ---- the flash scheme: measured == model, skipped tiles, grouped reads ------------------------
 @pytest.mark.parametrize("buffer", list(BUFFERS.values()), ids=list(BUFFERS))
 def test_measured_bytes_and_peak_equal_the_model(buffer: int) -> None:
