@@ -112,6 +112,21 @@ def test_a_mask_that_is_not_causal_stays_an_additive_mask() -> None:
     assert not op.attrs.get("is_causal") and len(op.inputs) == 4
 
 
+def test_a_mask_row_broadcast_over_the_queries_is_not_taken_for_causal() -> None:
+    b = GraphBuilder("row_mask", seed=0)
+    q, kt, v = b.input("q", (1, H, N, D)), b.input("kt", (1, H, D, N)), b.input("v", (1, H, N, D))
+    row = np.full((1, N), -1e9, np.float32)
+    row[0, 0] = 0.0  # every query sees key 0 only: the first row of a causal mask, broadcast
+    s = b.op("Add", [b.op("MatMul", [q, kt], name="scores"), b.const("row", row)], name="mask")
+    b.op("MatMul", [b.op("Softmax", [s], {"axis": -1}, name="softmax"), v], name="context")
+    graph = b.build()
+    g = fuse_attention(graph)
+    (op,) = fused(g)
+    assert not op.attrs.get("is_causal") and len(op.inputs) == 4
+    x = random_inputs(graph, seed=8)
+    assert rel_err(reference_run(g, x)["context"], reference_run(graph, x)["context"]) <= REL_TOL
+
+
 def test_a_tile_of_the_heads_is_not_absorbed_but_fuses() -> None:
     graph = decoder_attention(repeat="tile")  # heads in the order k0 k1 k0 k1: not repeat_kv
     g = fuse_attention(graph)

@@ -504,7 +504,8 @@ def _one_mask(
         folded = value if folded is None else (folded + value).astype(np.float32)
     causal = False
     if folded is not None:
-        rest = causal_part(folded)
+        scores = (graph.tensors[c.q].shape[2], graph.tensors[c.v].shape[2])
+        rest = causal_part(folded, scores)
         if rest is not None:
             causal, folded = True, rest
     if folded is not None and (not causal or np.any(folded)):
@@ -521,14 +522,15 @@ def _one_mask(
     return mask, causal
 
 
-def causal_part(mask: np.ndarray) -> np.ndarray | None:
-    """``mask`` with its causal part taken out, when every entry after the query (key
-    ``j > i``, top-left aligned over the last two axes) is at most :data:`CAUSAL_FILL`:
-    those entries set to 0 (``None``: not causal). Such a fill gives a softmax weight of
-    exactly 0, as ``is_causal`` does, for scores below 1e8 in magnitude."""
-    if mask.ndim < 2 or mask.shape[-1] < 2 or mask.shape[-2] < 1:
+def causal_part(mask: np.ndarray, scores: tuple[int, int]) -> np.ndarray | None:
+    """``mask`` with its causal part taken out, when its last two axes are the scores'
+    ``(Nq, Nk)`` (not broadcast) and every entry after the query (key ``j > i``, top-left) is
+    at most :data:`CAUSAL_FILL`: those entries set to 0 (``None``: not causal). Such a fill
+    gives a softmax weight of exactly 0, as ``is_causal`` does, for scores below 1e8 in
+    magnitude."""
+    if mask.ndim < 2 or tuple(mask.shape[-2:]) != tuple(scores) or scores[1] < 2:
         return None
-    nq, nk = mask.shape[-2:]
+    nq, nk = scores
     after = np.arange(nk)[None, :] > np.arange(nq)[:, None]
     if not after.any() or not np.all(mask[..., after] <= CAUSAL_FILL):
         return None
