@@ -295,7 +295,8 @@ def test_onnx_attention_with_is_causal_and_grouped_heads_fuses(tmp_path: Path, r
     (op,) = fused(graph)
     assert op.attrs.get("is_causal") == 1 and graph.tensors[op.inputs[1]].shape[1] == HK
     (verdict,) = explain_attention(graph)
-    assert str(verdict).endswith("fused (P5, flash scheme on the digital units)")
+    assert str(verdict).startswith("attention _attn0.probs.attention: fused (P5, flash scheme")
+    assert "causal" in verdict.detail and f"{H} query heads over {HK} K/V heads" in verdict.detail
     x = random_inputs(graph, seed=6)
     hw = dataclasses.replace(HW, buffer_bytes=BUFFERS["streamed"] * 4)
     run = execute(graph, singleton_plan(graph), x, hw=hw)

@@ -123,10 +123,12 @@ class AttentionVerdict:
     fused: bool
     ops: tuple[str, ...] = ()
     reason: str = ""
+    detail: str = ""  # a fused op's decoder parts: causal, grouped heads
 
     def __str__(self) -> str:
         if self.fused and not self.reason:
-            return f"attention {self.name}: fused (P5, flash scheme on the digital units)"
+            extra = f"; {self.detail}" if self.detail else ""
+            return f"attention {self.name}: fused (P5, flash scheme on the digital units{extra})"
         if self.fused:
             return f"attention {self.name}: runs unfused, OPAQUE ({self.reason})"
         if not self.reason:
@@ -138,7 +140,8 @@ class AttentionVerdict:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "fused": self.fused, "ops": list(self.ops),
-                "pattern": "P5" if not self.reason else None, "reason": self.reason}  # fmt: skip
+                "pattern": "P5" if not self.reason else None, "reason": self.reason,
+                "detail": self.detail}  # fmt: skip
 
 
 # ---- 1. candidates ------------------------------------------------------------------------------
@@ -559,11 +562,24 @@ def explain_attention(graph: Graph) -> list[AttentionVerdict]:
     out = []
     for op in graph.ops:
         if attention_role(op) is AttentionRole.FUSED:
-            out.append(AttentionVerdict(op.name, True, (op.name,),
-                                        fused_attention_problem(graph, op) or ""))  # fmt: skip
+            problem = fused_attention_problem(graph, op) or ""
+            detail = "" if problem else _decoder_detail(graph, op)
+            out.append(AttentionVerdict(op.name, True, (op.name,), problem, detail))
     for c in find_attention(graph):
         out.append(AttentionVerdict(c.softmax, False, c.ops, c.reason))
     return out
+
+
+def _decoder_detail(graph: Graph, op: Op) -> str:
+    """``causal``, grouped heads: what the flash scheme of a fused op skips or shares."""
+    parts = []
+    if attr(op, "is_causal"):
+        parts.append("causal: the K/V tiles after each query tile are skipped")
+    hq, hk = graph.tensors[op.inputs[0]].shape[1], graph.tensors[op.inputs[1]].shape[1]
+    if hq != hk:
+        parts.append(f"grouped heads: {hq} query heads over {hk} K/V heads, each K/V tile "
+                     "read once per group")  # fmt: skip
+    return "; ".join(parts)
 
 
 def format_attention(items: list[AttentionVerdict]) -> str:
