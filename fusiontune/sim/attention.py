@@ -13,6 +13,10 @@ Two variants:
   ``Nq·d + ceil(Nq/m)·Nk·(d + dv)``: the ``Θ(N²d²/M)`` of FlashAttention (Dao et al. 2022,
   Theorem 2).
 
+The 3-D (sequence-major) form ``[B, N, H·d]`` (the projections' own layout, P5 absorbs the
+head split and merge into it) moves the same elements: a tile's box of a head group is
+``[rows, g·d]`` of the 3-D tensor instead of ``[g, rows, d]``.
+
 Grouped heads (GQA/MQA, ``group`` query heads per K/V head): the loop runs over the K/V
 heads and a Q tile holds ``m`` positions of every query head of the group, so each K/V tile
 is fetched once for the group (``Hk`` instead of ``H`` K/V passes). Causal
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 
 from fusiontune.ir.graph import Graph, Op
 from fusiontune.ops import fused_attention_problem
-from fusiontune.ops.attention import causal_keys, is_causal, kv_group
+from fusiontune.ops.attention import causal_keys, heads_shapes, is_causal, kv_group
 
 STATE_COLS = 2  # running max and running sum per query row
 
@@ -126,7 +130,9 @@ class FlashPlan:
 
 def flash_shape(graph: Graph, op: Op) -> FlashShape:
     """The sizes of ``op`` (a fused attention whose form is supported)."""
-    q, k, v = (graph.tensors[t].shape for t in op.inputs[:3])
+    four = heads_shapes(op, *(graph.tensors[t].shape for t in op.inputs[:3]))
+    assert four is not None, f"op '{op.name}': not a supported fused attention"
+    q, k, v = four
     mask = None
     if len(op.inputs) > 3 and op.inputs[3] and not graph.is_constant(op.inputs[3]):
         s = graph.tensors[op.inputs[3]].shape

@@ -22,6 +22,7 @@ from fusiontune.errors import IllegalPlanError
 from fusiontune.ir.graph import Graph
 from fusiontune.ops.attention import (
     causal_bias,
+    heads_of,
     mask_block,
     online_finish,
     online_init,
@@ -59,9 +60,25 @@ def run_flash(
     if mask_name is not None and graph.is_constant(mask_name):
         const_mask, mask_name = graph.tensors[mask_name].value, None  # a constant: no traffic
     out = op.outputs[0]
-    bq, hq, _, d = graph.tensors[q_name].shape
-    dv = graph.tensors[v_name].shape[3]
+    f = flash_shape(graph, op)
+    bq, hq, d, dv = f.batch, f.heads_per, f.d, f.dv
     scale = scale_of(op, d)
+    seq_major = heads_of(op) is not None  # the 3-D form [B, N, H·d]
+
+    def head_box(b: int, heads: slice, rows: slice, width: int) -> tuple[slice, ...]:
+        """The box of ``heads`` x ``rows`` of a Q, K, V or output tensor."""
+        if seq_major:
+            cols = slice(heads.start * width, heads.stop * width)
+            return (slice(b, b + 1), rows, cols)
+        return (slice(b, b + 1), heads, rows, slice(None))
+
+    def fetch_heads(tensor: str, b: int, heads: slice, rows: slice, width: int) -> Array:
+        """``[heads, rows, width]`` of ``tensor``."""
+        part = fetch(tensor, head_box(b, heads, rows, width))[0]
+        if seq_major:
+            n = rows.stop - rows.start
+            return part.reshape(n, heads.stop - heads.start, width).transpose(1, 0, 2)
+        return part
 
     def fetch(tensor: str, box: tuple[slice, ...]) -> Array:
         if not dram.ready(tensor):
@@ -76,7 +93,6 @@ def run_flash(
 
     mask_shape = graph.tensors[mask_name].shape if mask_name else ()
     lead = 4 - len(mask_shape)
-    f = flash_shape(graph, op)
     g = f.group
 
     def mask_tile(b: int, heads: slice, rows: slice, cols: slice) -> tuple[Array | None, int]:
@@ -99,12 +115,13 @@ def run_flash(
     for b, kh in np.ndindex(bq, hq // g):
         heads = slice(kh * g, kh * g + g)
         kv: tuple[Array, Array] | None = None
+        kvh = slice(kh, kh + 1)
         if resident:
-            head = (slice(b, b + 1), slice(kh, kh + 1), slice(0, f.keys_used), slice(None))
-            kv = (fetch(k_name, head)[0, 0], fetch(v_name, head)[0, 0])
+            keys = slice(0, f.keys_used)
+            kv = (fetch_heads(k_name, b, kvh, keys, d)[0], fetch_heads(v_name, b, kvh, keys, dv)[0])
         for p0, p1 in f.q_tiles(m):
             rows = slice(p0, p1)
-            q = fetch(q_name, (slice(b, b + 1), heads, rows, slice(None)))[0].reshape(-1, d)
+            q = fetch_heads(q_name, b, heads, rows, d).reshape(-1, d)
             positions = np.tile(np.arange(p0, p1), g)
             state_elems = acc * q.shape[0] * (dv + STATE_COLS)
             chip.alloc(state_elems * ab, out, "online-softmax state")
@@ -114,8 +131,8 @@ def run_flash(
                 if kv is not None:
                     k_tile, v_tile, streamed = kv[0][cols], kv[1][cols], 0
                 else:
-                    head = (slice(b, b + 1), slice(kh, kh + 1), cols, slice(None))
-                    k_tile, v_tile = fetch(k_name, head)[0, 0], fetch(v_name, head)[0, 0]
+                    k_tile = fetch_heads(k_name, b, kvh, cols, d)[0]
+                    v_tile = fetch_heads(v_name, b, kvh, cols, dv)[0]
                     streamed = k_tile.size + v_tile.size
                 part, fetched_mask = mask_tile(b, heads, rows, cols)
                 if f.causal and c1 - 1 > p0:  # a key after some query of the tile: masked
@@ -127,7 +144,9 @@ def run_flash(
                 chip.free((score_elems + fetched_mask + streamed) * ab)
             y = online_finish(state).reshape(g, p1 - p0, dv)
             if out in stored:
-                dram.write_box(index, out, (slice(b, b + 1), heads, rows, slice(None)),
+                if seq_major:  # [g, rows, dv] -> [rows, g·dv]
+                    y = y.transpose(1, 0, 2).reshape(p1 - p0, g * dv)
+                dram.write_box(index, out, head_box(b, heads, rows, dv),
                                y.reshape(1, *y.shape).astype(np.float32))  # fmt: skip
             chip.free((state_elems + q.size) * ab)
         if kv is not None:
