@@ -1,4 +1,5 @@
-"""Decoder attention in P5: causal masks (``is_causal``), grouped heads (GQA/MQA), RoPE.
+"""Decoder attention in P5: causal masks (``is_causal``), grouped heads (GQA/MQA), RoPE; and
+the sequence-major form (the head split and merge absorbed into the fused op).
 
 - a constant causal mask (HF's ``finfo.min`` above the diagonal, the zoo's -1e9) becomes
   ``is_causal`` on the fused op; HF's ``repeat_kv`` (view, Expand, view) of K and V is
@@ -293,7 +294,8 @@ def test_onnx_attention_with_is_causal_and_grouped_heads_fuses(tmp_path: Path, r
     onnx.save(model, str(tmp_path / "gqa.onnx"))
     graph = fuse_attention(load_onnx(tmp_path / "gqa.onnx"))
     (op,) = fused(graph)
-    assert op.attrs.get("is_causal") == 1 and graph.tensors[op.inputs[1]].shape[1] == HK
+    kv_heads = op.attrs.get("kv_num_heads") or graph.tensors[op.inputs[1]].shape[1]
+    assert op.attrs.get("is_causal") == 1 and kv_heads == HK
     (verdict,) = explain_attention(graph)
     assert str(verdict).startswith("attention _attn0.probs.attention: fused (P5, flash scheme")
     assert "causal" in verdict.detail and f"{H} query heads over {HK} K/V heads" in verdict.detail
@@ -309,3 +311,60 @@ def test_an_attention_op_outside_the_form_runs_unfused_with_its_reason() -> None
     b.op("Attention", [q, k, v], {"softcap": 5.0}, name="attention")
     (verdict,) = explain_attention(b.build())
     assert "runs unfused, OPAQUE (attribute softcap=5.0 is not supported" in str(verdict)
+
+
+# ---- the sequence-major form: the head split and merge absorbed ------------------------------
+@pytest.mark.parametrize("form", ["torchscript", "dynamo"])
+def test_the_head_split_and_merge_are_absorbed_into_the_fused_op(form: str) -> None:
+    from fusiontune.frontend.zoo_attention import attention_block
+    from fusiontune.ir.opclass import OpClass
+
+    b = GraphBuilder(f"block_{form}", seed=3)
+    attention_block(b, b.input("input", (1, 24, 32)), None, 24, 1, hidden=32, heads=4, ffn=64,
+                    form=form)  # fmt: skip
+    graph = b.build()
+    g = fuse_attention(graph).lint()
+    (op,) = fused(g)
+    assert op.attrs["q_num_heads"] == op.attrs["kv_num_heads"] == 4
+    assert all(len(g.tensors[t].shape) == 3 for t in (*op.inputs, *op.outputs))
+    assert not [o.name for o in g.ops if o.op_class is OpClass.LAYOUT]  # no split, no merge
+    (reader,) = g.consumers(op.outputs[0])
+    assert reader.op_class is OpClass.LINEAR  # the output projection reads Y as it is
+    (verdict,) = explain_attention(g)
+    assert "head split and merge absorbed" in verdict.detail
+    x = random_inputs(graph, seed=9)
+    want = _ort(to_onnx(graph), x)
+    assert rel_err(_ort(to_onnx(g, opset=23), x), want) <= REL_TOL
+    for buffer in (4096, 600, 200):
+        hw = dataclasses.replace(HW, buffer_bytes=buffer)
+        plan = singleton_plan(g)
+        i = [grp.ops for grp in plan.groups].index((op.name,))
+        tiling = singleton_tiling(g, plan.groups[i], hw)
+        assert tiling is not None and tiling.scheme is Scheme.ATTENTION
+        run = execute(g, plan, x, hw=hw)
+        assert run.group_read_bytes[i] == tiling.read_elems * hw.act_bytes
+        assert run.group_write_bytes[i] == tiling.write_elems * hw.act_bytes
+        assert run.group_peak_buffer_bytes[i] == tiling.peak_elems * hw.act_bytes <= buffer
+        assert rel_err(run.outputs[graph.outputs[0]], want) <= REL_TOL
+
+
+@pytest.mark.parametrize("buffer", list(BUFFERS.values()), ids=list(BUFFERS))
+def test_the_sequence_major_grouped_causal_form_measures_as_modelled(
+    tmp_path: Path, buffer: int
+) -> None:
+    from fusiontune.frontend.onnx_import import load_onnx
+
+    model = _onnx_attention("gqa_causal_3d", 3, is_causal=1)
+    onnx.save(model, str(tmp_path / "gqa3.onnx"))
+    graph = fuse_attention(load_onnx(tmp_path / "gqa3.onnx"))
+    (op,) = fused(graph)
+    assert (op.attrs["q_num_heads"], op.attrs["kv_num_heads"]) == (H, HK)
+    hw = dataclasses.replace(HW, buffer_bytes=buffer)
+    plan = singleton_plan(graph)
+    tiling = singleton_tiling(graph, plan.groups[0], hw)
+    assert tiling is not None and tiling.scheme is Scheme.ATTENTION
+    x = random_inputs(graph, seed=10)
+    run = execute(graph, plan, x, hw=hw)
+    assert run.group_read_bytes[0] == tiling.read_elems * hw.act_bytes
+    assert run.group_peak_buffer_bytes[0] == tiling.peak_elems * hw.act_bytes <= buffer
+    assert rel_err(run.outputs["y"], _ort(model, x)) <= REL_TOL

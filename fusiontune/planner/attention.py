@@ -24,7 +24,12 @@ Recipe (each step a small function; a refusal is a reason the user reads in ``--
    absorbable Transpose makes gets a Transpose of its own (a LAYOUT op the planner may fuse
    into its producer). The masks become one additive float32 mask: constant parts (a causal
    condition, a constant padding mask) folded into one constant, a Where on an activation
-   condition spelled ``where(c, 0, fill)``, the parts summed by Adds.
+   condition spelled ``where(c, 0, fill)``, the parts summed by Adds; a folded constant that
+   hides every key after its query becomes ``is_causal`` (:func:`causal_part`). HF's
+   ``repeat_kv`` of K and V (view, Expand, view) is absorbed into grouped K/V heads, and the
+   head split of Q, K, V and the merge of the output (view + ``Transpose(0, 2, 1, 3)``) into
+   the sequence-major form ``[B, N, H·d]`` of the fused op, so neither round-trips through
+   DRAM.
 
 The rewrite is a pass before planning: the plan is a partition of the rewritten graph, in
 which each attention is one group (a singleton of the fused op). ``fuse_attention`` of a graph
@@ -51,6 +56,7 @@ from fusiontune.ops.attention import (
     KEYS_LAST,
     add_op,
     attention_op,
+    heads_of,
     mask_problem,
     transpose_op,
     where_op,
@@ -80,8 +86,11 @@ class AttentionChain:
             (``fill`` ``None``), or a ``Where`` on a boolean ``tensor`` that keeps the scores
             where it is ``keep`` and puts the scalar ``fill`` elsewhere.
         scale: the product of the scales (Mul ``c``, Div ``1/c``) on the scores, Q and K.
-        output: the tensor the chain produces (the P·V MatMul's output).
+        output: the tensor the chain produces (the P·V MatMul's output, or the merged
+            ``[B, N, H·dv]`` after the head merge when ``heads``).
         reason: why the chain stays a barrier (empty: it fuses).
+        heads: ``(H, Hk)`` when the head split of Q, K, V and the merge of the output are
+            absorbed: the fused op reads and writes the projections' ``[B, N, H·d]``.
     """
 
     softmax: str
@@ -94,6 +103,7 @@ class AttentionChain:
     scale: float = 1.0
     output: str = ""
     reason: str = ""
+    heads: tuple[int, int] | None = None
 
     @property
     def fusable(self) -> bool:
@@ -145,16 +155,17 @@ class AttentionVerdict:
 
 
 # ---- 1. candidates ------------------------------------------------------------------------------
-def find_attention(graph: Graph) -> list[AttentionChain]:
+def find_attention(graph: Graph, absorb_heads: bool = True) -> list[AttentionChain]:
     """Every attention chain of ``graph`` (fusable or with its reason), in graph order.
 
     A Softmax whose input does not go back to a MatMul of two activations is no attention
-    (a classifier's softmax) and is not listed.
+    (a classifier's softmax) and is not listed. ``absorb_heads=False`` keeps the head split
+    and merge as ops of their own (the 4-D form; ``results/exp_attention.md`` compares).
     """
     out = []
     for op in graph.ops:
         if attention_role(op) is AttentionRole.SOFTMAX:
-            chain = _chain_from(graph, op)
+            chain = _chain_from(graph, op, absorb_heads)
             if chain is not None:
                 out.append(chain)
     return out
@@ -168,10 +179,11 @@ class _Walk:
     ops: list[str] = field(default_factory=list)
     scale: float = 1.0
     masks: list[Mask] = field(default_factory=list)
+    absorb_heads: bool = True
 
 
-def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
-    w = _Walk(softmax)
+def _chain_from(graph: Graph, softmax: Op, absorb_heads: bool = True) -> AttentionChain | None:
+    w = _Walk(softmax, absorb_heads=absorb_heads)
     t = softmax.inputs[0]
     scores: Op | None = None
     while True:  # back from the softmax: scales and one mask, down to the scores MatMul
@@ -345,10 +357,15 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     k_src, c, k_perm = _keys(graph, kt, ops)
     scale *= c
     k_src, v = _grouped(graph, k_src, k_perm, v, ops)
+    y, heads = context.outputs[0], None
+    seq = _sequence_major(graph, q, k_src, k_perm, v, y, ops) if w.absorb_heads else None
+    if seq is not None:
+        heads = (graph.tensors[q].shape[1], graph.tensors[v].shape[1])
+        (q, k_src, v, y), k_perm = seq, None
     order = tuple(sorted(ops, key=graph.op_index.__getitem__))
     masks = tuple(reversed(w.masks))  # in graph order
-    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale,
-                          context.outputs[0])  # fmt: skip
+    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale, y,
+                          heads=heads)  # fmt: skip
 
 
 def _absorb_scales(graph: Graph, t: str, ops: set[str]) -> tuple[str, float]:
@@ -426,19 +443,100 @@ def _repeat_kv(graph: Graph, t: str, ops: set[str]) -> tuple[str, list[str]] | N
     return t, walk
 
 
+HEAD_SPLIT = (0, 2, 1, 3)  # [B, N, H, d] <-> [B, H, N, d]
+
+
+def _sequence_major(
+    graph: Graph, q: str, k: str, k_perm: tuple[int, ...] | None, v: str, y: str, ops: set[str]
+) -> tuple[str, str, str, str] | None:
+    """``(Q, K, V, Y)`` in the projections' ``[B, N, H·d]`` when the chain's Q, K, V are
+    made from such tensors by a view ``[B, N, H, d]`` and ``Transpose(0, 2, 1, 3)`` (K's
+    transpose already absorbed into ``k_perm``) and its output goes back by the same two ops,
+    each read only by the next: those ops are absorbed (added to ``ops``), so the head
+    split and merge no longer round-trip through DRAM. ``None`` (nothing absorbed) unless all
+    four do."""
+    extra: set[str] = set()
+    sources = []
+    for t, perm in ((q, None), (k, k_perm), (v, None)):
+        found = _split_source(graph, t, perm, ops | extra)
+        if found is None:
+            return None
+        sources.append(found[0])
+        extra.update(found[1])
+    merged = _merge_target(graph, y)
+    if merged is None:
+        return None
+    ops.update(extra | set(merged[1]))
+    return sources[0], sources[1], sources[2], merged[0]
+
+
+def _split_source(
+    graph: Graph, t: str, perm: tuple[int, ...] | None, ops: set[str]
+) -> tuple[str, list[str]] | None:
+    """``(X [B, N, H·d], ops)`` when ``transpose(t, perm)`` is the head split of ``X``."""
+    walk: list[str] = []
+    if perm is None:  # t [B, H, N, d] = Transpose(t4, (0, 2, 1, 3))
+        p = graph.producer(t)
+        if p is None or axis_permutation(p, RANK) != HEAD_SPLIT:
+            return None
+        if not _only_reader_in(graph, t, ops):
+            return None
+        walk.append(p.name)
+        t = p.inputs[0]
+    elif perm != HEAD_SPLIT:
+        return None
+    # t [B, N, H, d] = view(X [B, N, H·d])
+    p = graph.producer(t)
+    if p is None or attention_role(p) is not AttentionRole.VIEW:
+        return None
+    if not _only_reader_in(graph, t, ops | set(walk)):
+        return None
+    x = p.inputs[0]
+    xs, ts = graph.tensors[x].shape, graph.tensors[t].shape
+    if graph.is_constant(x) or len(xs) != 3 or len(ts) != RANK or xs != (*ts[:2], ts[2] * ts[3]):
+        return None
+    return x, [*walk, p.name]
+
+
+def _merge_target(graph: Graph, y: str) -> tuple[str, list[str]] | None:
+    """``(Y [B, N, H·dv], ops)`` when ``y [B, H, N, dv]`` is read only by
+    ``Transpose(0, 2, 1, 3)`` and that only by a view to ``[B, N, H·dv]``."""
+    names = []
+    for want in ("transpose", "view"):
+        if y in graph.outputs:
+            return None
+        readers = graph.consumers(y)
+        if len(readers) != 1:
+            return None
+        r = readers[0]
+        if want == "transpose" and axis_permutation(r, RANK) != HEAD_SPLIT:
+            return None
+        if want == "view" and attention_role(r) is not AttentionRole.VIEW:
+            return None
+        names.append(r.name)
+        y = r.outputs[0]
+    ys = graph.tensors[y].shape
+    t = graph.tensors[graph.op(names[0]).outputs[0]].shape
+    if len(ys) != 3 or ys != (*t[:2], t[2] * t[3]):
+        return None
+    return y, names
+
+
 def _only_reader_in(graph: Graph, t: str, ops: set[str]) -> bool:
     return t not in graph.outputs and all(r.name in ops for r in graph.consumers(t))
 
 
 # ---- 3. rewrite ---------------------------------------------------------------------------------
-def fuse_attention(graph: Graph) -> Graph:
+def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
     """``graph`` with every fusable attention chain replaced by one fused attention op.
 
-    The fused op is named ``<softmax>.attention`` and writes the chain's output tensor, so
-    the rest of the graph is unchanged; a ``K`` that needs a Transpose gets one named
+    The fused op is named ``<softmax>.attention`` and writes the chain's output tensor (the
+    merged ``[B, N, H·dv]`` when the head split and merge are absorbed), so the rest of the
+    graph is unchanged; a ``K`` that needs a Transpose gets one named
     ``<softmax>.attention.keys``. Graphs without fusable chains are returned as they are.
+    ``absorb_heads=False``: the head split and merge stay ops of their own (the 4-D form).
     """
-    chains = [c for c in find_attention(graph) if c.fusable]
+    chains = [c for c in find_attention(graph, absorb_heads) if c.fusable]
     if not chains:
         return graph
     tensors: dict[str, Tensor] = dict(graph.tensors)
@@ -455,7 +553,7 @@ def fuse_attention(graph: Graph) -> Graph:
             tensors[k] = Tensor(k, shape, src.dtype)
             new.append(transpose_op(f"{name}.keys", c.k_source, k, c.k_perm))
         mask, causal = _one_mask(graph, c, name, tensors, new)
-        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale, causal))
+        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale, causal, c.heads))
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
         for op_name in c.ops:
@@ -507,7 +605,8 @@ def _one_mask(
         folded = value if folded is None else (folded + value).astype(np.float32)
     causal = False
     if folded is not None:
-        scores = (graph.tensors[c.q].shape[2], graph.tensors[c.v].shape[2])
+        axis = 1 if c.heads else 2  # the sequence axis of [B, N, H·d] or [B, H, N, d]
+        scores = (graph.tensors[c.q].shape[axis], graph.tensors[c.v].shape[axis])
         rest = causal_part(folded, scores)
         if rest is not None:
             causal, folded = True, rest
@@ -575,7 +674,12 @@ def _decoder_detail(graph: Graph, op: Op) -> str:
     parts = []
     if attr(op, "is_causal"):
         parts.append("causal: the K/V tiles after each query tile are skipped")
-    hq, hk = graph.tensors[op.inputs[0]].shape[1], graph.tensors[op.inputs[1]].shape[1]
+    hq, hk = heads_of(op) or (
+        graph.tensors[op.inputs[0]].shape[1],
+        graph.tensors[op.inputs[1]].shape[1],
+    )
+    if heads_of(op) is not None:
+        parts.append("head split and merge absorbed: Q, K, V and the output in [B, N, H·d]")
     if hq != hk:
         parts.append(f"grouped heads: {hq} query heads over {hk} K/V heads, each K/V tile "
                      "read once per group")  # fmt: skip
