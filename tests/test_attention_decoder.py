@@ -368,3 +368,24 @@ def test_the_sequence_major_grouped_causal_form_measures_as_modelled(
     assert run.group_read_bytes[0] == tiling.read_elems * hw.act_bytes
     assert run.group_peak_buffer_bytes[0] == tiling.peak_elems * hw.act_bytes <= buffer
     assert rel_err(run.outputs["y"], _ort(model, x)) <= REL_TOL
+
+
+@pytest.mark.parametrize(
+    "file", ["bert_torchscript", "bert_dynamo", "gpt2_torchscript", "gpt2_dynamo"]
+)
+def test_the_encoder_and_gpt2_exports_take_the_sequence_major_form(file: str) -> None:
+    from fusiontune.frontend.onnx_import import load_onnx
+    from fusiontune.ir.opclass import OpClass
+
+    path = Path(__file__).parent / "data" / "attention" / f"{file}.onnx"
+    graph = load_onnx(path)
+    g = fuse_attention(graph).lint()
+    ops = fused(g)
+    assert len(ops) == 2 and all(op.attrs.get("q_num_heads") == 4 for op in ops)
+    for op in ops:  # Q, K, V straight from the projections' split or bias, no head transpose
+        for t in op.inputs[:3]:
+            p = g.producer(t)
+            assert p is not None and p.op_class is not OpClass.LAYOUT, (t, p)
+    x = random_inputs(graph, seed=11)
+    out = graph.outputs[0]
+    assert rel_err(reference_run(g, x)[out], reference_run(graph, x)[out]) <= REL_TOL

@@ -365,6 +365,14 @@ def transpose_op(name: str, x: str, y: str, perm: tuple[int, ...]) -> Op:
     return Op(name, "Transpose", (x,), (y,), {"perm": tuple(int(p) for p in perm)})
 
 
+def reshape_op(name: str, x: str, shape: str, y: str) -> Op:
+    """A ``Reshape`` (the fused op's ``[B, N, H·dv]`` to the shape the merge wrote, such as
+    the dynamo exporter's ``[B·N, H·dv]``)."""
+    from fusiontune.ir.graph import Op
+
+    return Op(name, "Reshape", (x, shape), (y,), {})
+
+
 def where_op(name: str, cond: str, x: str, y: str, out: str) -> Op:
     """A ``Where`` (a boolean mask turned additive: ``where(c, 0, fill)``)."""
     from fusiontune.ir.graph import Op

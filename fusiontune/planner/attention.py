@@ -58,6 +58,7 @@ from fusiontune.ops.attention import (
     attention_op,
     heads_of,
     mask_problem,
+    reshape_op,
     transpose_op,
     where_op,
 )
@@ -517,7 +518,8 @@ def _merge_target(graph: Graph, y: str) -> tuple[str, list[str]] | None:
         y = r.outputs[0]
     ys = graph.tensors[y].shape
     t = graph.tensors[graph.op(names[0]).outputs[0]].shape
-    if len(ys) != 3 or ys != (*t[:2], t[2] * t[3]):
+    # [B, N, H·dv], or the same elements in another view with H·dv last ([B·N, H·dv])
+    if not ys or ys[-1] != t[2] * t[3] or math.prod(ys[:-1]) != t[0] * t[1]:
         return None
     return y, names
 
@@ -553,7 +555,17 @@ def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
             tensors[k] = Tensor(k, shape, src.dtype)
             new.append(transpose_op(f"{name}.keys", c.k_source, k, c.k_perm))
         mask, causal = _one_mask(graph, c, name, tensors, new)
-        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale, causal, c.heads))
+        y, post = c.output, []
+        if c.heads is not None:  # the 3-D form writes [B, N, H·dv]; a view to another shape
+            qs, vs = tensors[c.q].shape, tensors[c.v].shape
+            merged = (qs[0], qs[1], c.heads[0] * (vs[2] // c.heads[1]))
+            if tensors[c.output].shape != merged:
+                y = _fresh(tensors, f"{name}.merged")
+                tensors[y] = Tensor(y, merged, "float32")
+                to = _const(tensors, f"{name}.merged.shape", tensors[c.output].shape, "int64")
+                post.append(reshape_op(f"{name}.merged", y, to, c.output))
+        new.append(attention_op(name, c.q, k, c.v, mask, y, c.scale, causal, c.heads))
+        new += post
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
         for op_name in c.ops:
@@ -639,11 +651,16 @@ def causal_part(mask: np.ndarray, scores: tuple[int, int]) -> np.ndarray | None:
     return np.where(after, np.float32(0), mask).astype(np.float32)
 
 
-def _const(tensors: dict[str, Tensor], stem: str, value: float | np.ndarray) -> str:
+def _const(
+    tensors: dict[str, Tensor],
+    stem: str,
+    value: float | np.ndarray | tuple[int, ...],
+    dtype: str = "float32",
+) -> str:
     name = _fresh(tensors, stem)
-    arr = np.asarray(value, np.float32)
+    arr = np.asarray(value, dtype)
     arr.flags.writeable = False
-    tensors[name] = Tensor(name, tuple(arr.shape), "float32", arr)
+    tensors[name] = Tensor(name, tuple(arr.shape), dtype, arr)
     return name
 
 
