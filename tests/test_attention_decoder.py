@@ -389,3 +389,44 @@ def test_the_encoder_and_gpt2_exports_take_the_sequence_major_form(file: str) ->
     x = random_inputs(graph, seed=11)
     out = graph.outputs[0]
     assert rel_err(reference_run(g, x)[out], reference_run(graph, x)[out]) <= REL_TOL
+
+
+CASES = [  # (B, H, Hk, Nq, Nk, d, causal, rank, buffer, K/V resident)
+    (1, 4, 2, 9, 9, 4, True, 4, 80, False),
+    (2, 6, 3, 5, 11, 4, True, 4, 60, False),  # more keys than queries: the last keys unread
+    (1, 4, 1, 11, 6, 2, True, 3, 50, False),  # more queries than keys, MQA, sequence-major
+    (1, 6, 2, 7, 7, 4, False, 3, 120, True),
+    (2, 2, 2, 13, 13, 8, True, 4, 150, False),
+    (1, 4, 2, 9, 9, 4, True, 3, 150, True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_random_forms_measure_as_modelled_and_match_onnxruntime(case: tuple) -> None:  # type: ignore[type-arg]
+    b_, h, hk, nq, nk, d, causal, rank, buffer, resident = case
+    b = GraphBuilder("case", seed=0)
+    if rank == 4:
+        q, k = b.input("q", (b_, h, nq, d)), b.input("k", (b_, hk, nk, d))
+        v = b.input("v", (b_, hk, nk, d))
+        attrs: dict[str, object] = {}
+    else:
+        q, k = b.input("q", (b_, nq, h * d)), b.input("k", (b_, nk, hk * d))
+        v = b.input("v", (b_, nk, hk * d))
+        attrs = {"q_num_heads": h, "kv_num_heads": hk}
+    b.op("Attention", [q, k, v], {**attrs, "is_causal": int(causal)}, name="attention")
+    graph = b.build()
+    hw = dataclasses.replace(HW, buffer_bytes=buffer)
+    plan = singleton_plan(graph)
+    tiling = singleton_tiling(graph, plan.groups[0], hw)
+    assert tiling is not None and tiling.scheme is Scheme.ATTENTION
+    assert bool(tiling.tile[2]) is resident
+    x = random_inputs(graph, seed=12)
+    run = execute(graph, plan, x, hw=hw)
+    assert run.group_read_bytes[0] == tiling.read_elems * hw.act_bytes
+    assert run.group_write_bytes[0] == tiling.write_elems * hw.act_bytes
+    assert run.group_peak_buffer_bytes[0] == tiling.peak_elems * hw.act_bytes <= buffer
+    (op,) = graph.ops
+    assert attention_io_bound(graph, op, buffer) <= tiling.read_elems + tiling.write_elems
+    want = _ort(to_onnx(graph, opset=23), x)
+    assert rel_err(run.outputs["attention"], want) <= REL_TOL
+    assert rel_err(reference_run(graph, x)["attention"], want) <= REL_TOL
