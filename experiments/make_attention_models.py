@@ -9,8 +9,14 @@
   ``torch.onnx.export`` with ``dynamo=False`` and ``dynamo=True`` (needs torch and
   transformers: see ``experiments/README.md``; skipped with a message when they are missing).
 
+- ``llama_torchscript.onnx``, ``llama_dynamo.onnx``: a tiny Llama decoder (2 layers, hidden
+  32, 4 query heads over 2 key/value heads (GQA, ``repeat_kv``), RoPE, RMSNorm, SwiGLU,
+  sequence 16) with a constant causal mask (``finfo.min`` above the diagonal) held by the
+  module, so the export carries it as a constant (P5 turns it into ``is_causal``).
+
 ``README.md`` beside them records how each file was made. Usage:
-``python experiments/make_attention_models.py``.
+``python experiments/make_attention_models.py [group ...]`` (groups: ``helper``, ``bert``,
+``gpt2``, ``llama``; default all; the README keeps the rows of the groups not remade).
 """
 
 from __future__ import annotations
@@ -130,7 +136,11 @@ def bert_exports() -> list[tuple[str, str]]:
 
 
 def _export_both(
-    module: object, args: tuple[object, ...], stem: str, what: str
+    module: object,
+    args: tuple[object, ...],
+    stem: str,
+    what: str,
+    input_names: list[str] | None = None,
 ) -> list[tuple[str, str]]:
     """``module`` by both torch exporters into ``<stem>_torchscript/_dynamo.onnx``."""
     import torch
@@ -140,7 +150,8 @@ def _export_both(
     for dynamo, kind in ((False, "torchscript"), (True, "dynamo")):
         path = OUT_DIR / f"{stem}_{kind}.onnx"
         opset = 18 if dynamo else 17
-        torch.onnx.export(module, args, str(path), input_names=["ids", "mask"],  # type: ignore[arg-type]
+        torch.onnx.export(module, args, str(path),  # type: ignore[arg-type]
+                          input_names=input_names or ["ids", "mask"],
                           output_names=["hidden"], dynamo=dynamo, opset_version=opset)  # fmt: skip
         m = onnx.load(str(path), load_external_data=True)
         onnx.save(m, str(path), save_as_external_data=False)
@@ -186,8 +197,47 @@ def gpt2_exports() -> list[tuple[str, str]]:
     return _export_both(Decoder().eval(), (ids, mask), "gpt2", "GPT2Model")
 
 
-def main() -> None:
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
+def llama_exports() -> list[tuple[str, str]]:
+    """A tiny Llama (GQA 4 over 2 heads) with a constant causal mask, by both exporters."""
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        print(f"skipping the torch exports: {exc}", file=sys.stderr)
+        return []
+    torch.manual_seed(SEED)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64,
+                                      attn_implementation="eager")  # fmt: skip
+    model = transformers.LlamaModel(config).eval()
+
+    class Decoder(torch.nn.Module):
+        """Token ids in, hidden states out; the causal mask a buffer of the module (HF's own
+        mask helpers export ops the importer has no kernel for)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.llama = model
+            lowest = torch.finfo(torch.float32).min
+            full = torch.full((1, 1, BERT_SEQ, BERT_SEQ), lowest)
+            self.register_buffer("causal", torch.triu(full, diagonal=1))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.llama.embed_tokens(ids)
+            pos = torch.arange(ids.shape[1]).unsqueeze(0)
+            rope = self.llama.rotary_emb(h, pos)
+            for layer in self.llama.layers:
+                out = layer(h, attention_mask=self.causal, position_ids=pos,
+                            position_embeddings=rope)  # fmt: skip
+                h = out[0] if isinstance(out, tuple) else out
+            return self.llama.norm(h)
+
+    ids = torch.randint(0, 50, (1, BERT_SEQ))
+    return _export_both(Decoder().eval(), (ids,), "llama", "LlamaModel", ["ids"])
+
+
+def _helper_files() -> list[tuple[str, str, str]]:
     rows = []
     for name, make, shows in (
         ("attention_op23_4d", attention_4d, "ONNX Attention (opset 23), 4-D, float mask, scale"),
@@ -200,15 +250,45 @@ def main() -> None:
         path = OUT_DIR / f"{name}.onnx"
         onnx.save(model, str(path))
         rows.append((path.name, f"onnx {onnx.__version__} onnx.helper", shows))
-    bert = "2-layer BERT encoder (hidden 32, 4 heads, seq 16, additive float mask input)"
-    rows += [(file, how, bert) for file, how in bert_exports()]
-    gpt2 = ("2-block GPT-2 (n_embd 32, 4 heads, seq 16, causal float mask input; TorchScript "
-            "casts the probabilities)")  # fmt: skip
-    rows += [(file, how, gpt2) for file, how in gpt2_exports()]
+    return rows
+
+
+BERT_SHOWS = "2-layer BERT encoder (hidden 32, 4 heads, seq 16, additive float mask input)"
+GPT2_SHOWS = ("2-block GPT-2 (n_embd 32, 4 heads, seq 16, causal float mask input; TorchScript "
+              "casts the probabilities)")  # fmt: skip
+LLAMA_SHOWS = ("2-layer Llama (hidden 32, 4 query heads over 2 KV heads, RoPE, RMSNorm, "
+               "SwiGLU, seq 16, constant causal mask)")  # fmt: skip
+
+
+def main(groups: list[str]) -> None:
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    makers = {
+        "helper": _helper_files,
+        "bert": lambda: [(f, how, BERT_SHOWS) for f, how in bert_exports()],
+        "gpt2": lambda: [(f, how, GPT2_SHOWS) for f, how in gpt2_exports()],
+        "llama": lambda: [(f, how, LLAMA_SHOWS) for f, how in llama_exports()],
+    }
+    unknown = sorted(set(groups) - set(makers))
+    if unknown:
+        raise SystemExit(f"unknown groups {unknown}; choose from {sorted(makers)}")
+    readme = OUT_DIR / "README.md"
+    kept: dict[str, tuple[str, str]] = {}  # file -> (how, shows) of the rows not remade
+    if readme.exists():
+        for line in readme.read_text().splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) == 4 and cells[0].startswith("`"):
+                kept[cells[0].strip("`")] = (cells[2], cells[3])
+    rows: list[tuple[str, str, str]] = []
+    for group, make in makers.items():
+        if not groups or group in groups:
+            rows += make()
+    made = {file for file, _, _ in rows}
+    rows = [(f, how, shows) for f, (how, shows) in kept.items() if f not in made] + rows
     lines = ["# Attention forms", "",
              "Inputs of `tests/test_attention.py` (the import forms of pattern P5). Regenerate "
-             "with `python experiments/make_attention_models.py` (the BERT and GPT-2 files need "
-             "torch and transformers: see `experiments/README.md`). Random weights, seed 0.", "",
+             "with `python experiments/make_attention_models.py` (the BERT, GPT-2 and Llama files "
+             "need torch and transformers: see `experiments/README.md`). Random weights, seed 0.",
+             "",
              "| file | bytes | made by | shows |", "|---|---|---|---|"]  # fmt: skip
     for file, how, shows in rows:
         lines.append(f"| `{file}` | {(OUT_DIR / file).stat().st_size:,} | {how} | {shows} |")
@@ -217,4 +297,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -245,6 +245,8 @@ FORMS = {  # file -> attentions it holds
     "bert_dynamo.onnx": 2,
     "gpt2_torchscript.onnx": 2,  # the probabilities go through a Cast to float32
     "gpt2_dynamo.onnx": 2,
+    "llama_torchscript.onnx": 2,  # GQA (repeat_kv) and a constant causal mask: is_causal
+    "llama_dynamo.onnx": 2,
 }
 
 

@@ -10,10 +10,13 @@ torch exporter writes (``Transpose(K)`` -> ``MatMul(Q, Kᵀ)`` -> ``Mul(scale)``
 Supported:
 
 - ``Attention`` (default domain): 4-D ``Q, K, V`` or 3-D with ``q_num_heads`` /
-  ``kv_num_heads`` (equal: no grouped heads), an optional float ``attn_mask``, ``scale``
-  (default ``1/sqrt(head_size)``), output ``Y`` only. ``is_causal``, ``softcap``, a boolean
-  mask, past keys/values and the extra outputs leave the node as it is (the importer then
-  cannot bring the opset below 23 and says so).
+  ``kv_num_heads``, an optional float ``attn_mask``, ``scale`` (default
+  ``1/sqrt(head_size)``), ``is_causal`` (top-left: a constant ``[Nq, Nk]`` mask of
+  ``finfo.min`` above the diagonal, which P5 turns back into ``is_causal``), grouped K/V
+  heads (fewer ``kv_num_heads``, or 4-D K/V with fewer heads: HF's ``repeat_kv`` written as
+  ``Reshape`` -> ``Expand`` -> ``Reshape``, which P5 absorbs), output ``Y`` only.
+  ``softcap``, a boolean mask, past keys/values and the extra outputs leave the node as it
+  is (the importer then cannot bring the opset below 23 and says so).
 - ``MultiHeadAttention`` (``com.microsoft``): 3-D ``query [B, S, D]``, ``key [B, L, D]``,
   ``value [B, L, Dv]``, ``num_heads``, ``scale`` (default ``1/sqrt(D/num_heads)``), an
   optional float ``attention_bias`` broadcast to ``[B, H, S, L]``, output 0 only. A bias, a
@@ -24,10 +27,12 @@ Supported:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 MS_DOMAIN = "com.microsoft"
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -37,6 +42,15 @@ SWAP_LAST = (0, 1, 3, 2)
 Shapes = dict[str, tuple[int, ...] | None]
 Types = dict[str, int]
 Expansion = tuple[list[onnx.NodeProto], list[onnx.TensorProto]]
+
+
+@dataclass(frozen=True)
+class _Decoder:
+    """The decoder parts of an ``Attention`` node: ``causal`` ``(Nq, Nk)`` (``None``: not
+    causal) and the K/V heads' repeat: ``(B, Hk, g, Nk, d, dv)`` (``None``: no groups)."""
+
+    causal: tuple[int, int] | None = None
+    repeat: tuple[int, int, int, int, int, int] | None = None
 
 
 def expand_attention_ops(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -117,26 +131,55 @@ def _onnx_attention(
     q, k, v, mask = ins[0], ins[1], ins[2], ins[3]
     if any(ins[4:6]) or any(node.output[1:]):
         return None
-    if (
-        _int(node, "is_causal", 0)
-        or _attr(node, "softcap", 0.0)
-        or _int(node, "qk_matmul_output_mode", 0)
-    ):
+    causal = _int(node, "is_causal", 0)
+    if causal not in (0, 1):
+        return None
+    if _attr(node, "softcap", 0.0) or _int(node, "qk_matmul_output_mode", 0):
         return None
     if mask and types.get(mask) != TensorProto.FLOAT:
         return None
-    qs = shapes.get(q)
+    qs, ks, vs = shapes.get(q), shapes.get(k), shapes.get(v)
     if qs is None or len(qs) not in (3, 4):
         return None
     heads: int | None = None
     if len(qs) == 4:
-        head = qs[3]
+        head, q_heads = qs[3], qs[1]
+        kv_heads = qs[1] if ks is None or len(ks) != 4 else ks[1]
     else:
         heads = _int(node, "q_num_heads", 0)
-        if heads < 1 or _int(node, "kv_num_heads", heads) != heads or qs[2] % heads:
+        kv_heads = _int(node, "kv_num_heads", heads)
+        if heads < 1 or kv_heads < 1 or qs[2] % heads:
             return None
-        head = qs[2] // heads
-    return _decomposition(tag, q, k, v, mask or None, _scale(node, head), heads, node.output[0])
+        head, q_heads = qs[2] // heads, heads
+    parts: _Decoder | None = _Decoder()
+    if causal or kv_heads != q_heads:
+        parts = _decoder_parts(qs, ks, vs, q_heads, kv_heads, bool(causal))
+    if parts is None:
+        return None
+    return _decomposition(tag, q, k, v, mask or None, _scale(node, head), heads, node.output[0],
+                          parts)  # fmt: skip
+
+
+def _decoder_parts(
+    qs: tuple[int, ...],
+    ks: tuple[int, ...] | None,
+    vs: tuple[int, ...] | None,
+    q_heads: int,
+    kv_heads: int,
+    causal: bool,
+) -> _Decoder | None:
+    """The causal mask's ``(Nq, Nk)`` and the K/V repeat of an ``Attention`` node (``None``:
+    shapes unknown, or heads that do not divide)."""
+    if ks is None or vs is None or not len(ks) == len(qs) == len(vs) or q_heads % kv_heads:
+        return None
+    rank3 = len(qs) == 3
+    if rank3 and (ks[2] % kv_heads or vs[2] % kv_heads):
+        return None
+    repeat = None
+    if kv_heads != q_heads:
+        d, dv = (ks[2] // kv_heads, vs[2] // kv_heads) if rank3 else (ks[3], vs[3])
+        repeat = (qs[0], kv_heads, q_heads // kv_heads, ks[-2], d, dv)
+    return _Decoder((qs[-2], ks[-2]) if causal else None, repeat)
 
 
 def _multi_head(node: onnx.NodeProto, shapes: Shapes, types: Types, tag: str) -> Expansion | None:
@@ -157,9 +200,19 @@ def _multi_head(node: onnx.NodeProto, shapes: Shapes, types: Types, tag: str) ->
 
 
 def _decomposition(
-    tag: str, q: str, k: str, v: str, mask: str | None, scale: float, heads: int | None, y: str
+    tag: str,
+    q: str,
+    k: str,
+    v: str,
+    mask: str | None,
+    scale: float,
+    heads: int | None,
+    y: str,
+    parts: _Decoder | None = None,
 ) -> Expansion:
-    """The exporter's decomposition; ``heads`` splits 3-D ``[B, S, H·d]`` inputs first."""
+    """The exporter's decomposition; ``heads`` splits 3-D ``[B, S, H·d]`` inputs first (K and
+    V into their own heads); ``parts``: a causal mask and the K/V heads' repeat."""
+    parts = parts or _Decoder()
     nodes: list[onnx.NodeProto] = []
     inits = [helper.make_tensor(f"{tag}.scale", TensorProto.FLOAT, [], [scale])]
 
@@ -175,12 +228,42 @@ def _decomposition(
             t = node("Reshape", [t, f"{tag}.split"], f"{tag}.{name}.split")
             return node("Transpose", [t], f"{tag}.{name}.heads", perm=list(BNSH))
 
-        q, k, v = split(q, "q"), split(k, "k"), split(v, "v")
+        q = split(q, "q")
+        if parts.repeat is not None:
+            kv_split = f"{tag}.kv_split"
+            inits.append(helper.make_tensor(kv_split, TensorProto.INT64, [4],
+                                            [0, 0, parts.repeat[1], -1]))  # fmt: skip
+            k = node("Transpose", [node("Reshape", [k, kv_split], f"{tag}.k.split")],
+                     f"{tag}.k.heads", perm=list(BNSH))  # fmt: skip
+            v = node("Transpose", [node("Reshape", [v, kv_split], f"{tag}.v.split")],
+                     f"{tag}.v.heads", perm=list(BNSH))  # fmt: skip
+        else:
+            k, v = split(k, "k"), split(v, "v")
+    if parts.repeat is not None:
+        b, hk, g, nk, d, dv = parts.repeat
+
+        def repeat(t: str, name: str, width: int) -> str:
+            for step, shape in (("unsqueeze", (b, hk, 1, nk, width)),
+                                ("expand", (b, hk, g, nk, width)),
+                                ("merge", (b, hk * g, nk, width))):  # fmt: skip
+                const = f"{tag}.{name}.{step}.shape"
+                inits.append(helper.make_tensor(const, TensorProto.INT64, [len(shape)], shape))
+                op = "Expand" if step == "expand" else "Reshape"
+                t = node(op, [t, const], f"{tag}.{name}.{step}")
+            return t
+
+        k, v = repeat(k, "k.rep", d), repeat(v, "v.rep", dv)
     kt = node("Transpose", [k], f"{tag}.kt", perm=list(SWAP_LAST))
     s = node("MatMul", [q, kt], f"{tag}.scores")
     s = node("Mul", [s, f"{tag}.scale"], f"{tag}.scaled")
     if mask:
         s = node("Add", [s, mask], f"{tag}.masked")
+    if parts.causal is not None:
+        nq, nk_ = parts.causal
+        lowest = np.finfo(np.float32).min
+        causal = np.triu(np.full((nq, nk_), lowest, np.float32), k=1)
+        inits.append(numpy_helper.from_array(causal, f"{tag}.causal"))
+        s = node("Add", [s, f"{tag}.causal"], f"{tag}.causal_masked")
     p = node("Softmax", [s], f"{tag}.probs", axis=-1)
     if heads is None:
         node("MatMul", [p, v], y)

@@ -94,6 +94,8 @@ class AttentionRole(str, Enum):
     SOFTMAX = "softmax"  # softmax along the ``axis`` attribute
     PASS = "pass"  # y = x when the output keeps the input's dtype (Identity, Dropout, Cast)
     FUSED = "fused"  # the fused attention op itself (ops/attention.py): runs by the flash scheme
+    VIEW = "view"  # the same elements in row-major order, another shape (Reshape, Unsqueeze)
+    BROADCAST = "broadcast"  # numpy broadcasting to a larger shape (Expand): GQA's repeat_kv
 
 
 class PoolReduce(str, Enum):

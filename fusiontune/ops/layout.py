@@ -16,6 +16,7 @@ from fusiontune.errors import ShapeError
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops.base import (
     Array,
+    AttentionRole,
     Inputs,
     OpDef,
     OperandMove,
@@ -162,16 +163,45 @@ def _transpose(op: Op, inputs: Inputs) -> list[Array]:
 
 _LAYOUT = one_activation(OpClass.LAYOUT)
 _AXES_INPUT = OperandMove("axes", 1, SQUEEZE_AXES_INPUT_SINCE)
+_VIEW = AttentionRole.VIEW  # GQA's repeat_kv reshapes around an Expand (planner/attention.py)
 
 RESHAPE = "Reshape"
 FLATTEN = "Flatten"
 """Op types the graph builder (``ir/builder.py``) emits."""
 
 OPS: tuple[OpDef, ...] = (
-    OpDef(RESHAPE, _LAYOUT, {"allowzero": 0}, shape=_reshape_shape, reference=_reshape),
-    OpDef(FLATTEN, _LAYOUT, {"axis": 1}, shape=_flatten_shape, reference=_flatten),
-    OpDef("Squeeze", _LAYOUT, shape=_squeeze_shape, reference=_squeeze, operand=_AXES_INPUT),
-    OpDef("Unsqueeze", _LAYOUT, shape=_unsqueeze_shape, reference=_unsqueeze, operand=_AXES_INPUT),
+    OpDef(
+        RESHAPE,
+        _LAYOUT,
+        {"allowzero": 0},
+        shape=_reshape_shape,
+        reference=_reshape,
+        attention_role=_VIEW,
+    ),
+    OpDef(
+        FLATTEN,
+        _LAYOUT,
+        {"axis": 1},
+        shape=_flatten_shape,
+        reference=_flatten,
+        attention_role=_VIEW,
+    ),
+    OpDef(
+        "Squeeze",
+        _LAYOUT,
+        shape=_squeeze_shape,
+        reference=_squeeze,
+        operand=_AXES_INPUT,
+        attention_role=_VIEW,
+    ),
+    OpDef(
+        "Unsqueeze",
+        _LAYOUT,
+        shape=_unsqueeze_shape,
+        reference=_unsqueeze,
+        operand=_AXES_INPUT,
+        attention_role=_VIEW,
+    ),
     OpDef(
         "Transpose",
         _LAYOUT,

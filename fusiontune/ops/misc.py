@@ -478,7 +478,13 @@ OPS: tuple[OpDef, ...] = (
         reference=_pad,
         fold_elements=_pad_elements,
     ),
-    OpDef("Expand", shape=_expand_shape, reference=_expand, fold_elements=_expand_elements),
+    OpDef(
+        "Expand",
+        shape=_expand_shape,
+        reference=_expand,
+        fold_elements=_expand_elements,
+        attention_role=AttentionRole.BROADCAST,
+    ),
     OpDef(
         "Where",
         shape=broadcast_rule,

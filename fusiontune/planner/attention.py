@@ -24,7 +24,12 @@ Recipe (each step a small function; a refusal is a reason the user reads in ``--
    absorbable Transpose makes gets a Transpose of its own (a LAYOUT op the planner may fuse
    into its producer). The masks become one additive float32 mask: constant parts (a causal
    condition, a constant padding mask) folded into one constant, a Where on an activation
-   condition spelled ``where(c, 0, fill)``, the parts summed by Adds.
+   condition spelled ``where(c, 0, fill)``, the parts summed by Adds; a folded constant that
+   hides every key after its query becomes ``is_causal`` (:func:`causal_part`). HF's
+   ``repeat_kv`` of K and V (view, Expand, view) is absorbed into grouped K/V heads, and the
+   head split of Q, K, V and the merge of the output (view + ``Transpose(0, 2, 1, 3)``) into
+   the sequence-major form ``[B, N, H·d]`` of the fused op, so neither round-trips through
+   DRAM.
 
 The rewrite is a pass before planning: the plan is a partition of the rewritten graph, in
 which each attention is one group (a singleton of the fused op). ``fuse_attention`` of a graph
@@ -51,7 +56,9 @@ from fusiontune.ops.attention import (
     KEYS_LAST,
     add_op,
     attention_op,
+    heads_of,
     mask_problem,
+    reshape_op,
     transpose_op,
     where_op,
 )
@@ -60,6 +67,9 @@ RANK = 4  # [B, H, N, d]
 Mask = tuple[str, float | None, bool]
 """``(tensor, fill, keep)`` of one mask (:class:`AttentionChain`)."""
 IDENTITY = (0, 1, 2, 3)
+CAUSAL_FILL = -1e9
+"""A constant mask entry at most this is a key the query cannot see (HF writes
+``finfo(float32).min``, the zoo -1e9)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +87,11 @@ class AttentionChain:
             (``fill`` ``None``), or a ``Where`` on a boolean ``tensor`` that keeps the scores
             where it is ``keep`` and puts the scalar ``fill`` elsewhere.
         scale: the product of the scales (Mul ``c``, Div ``1/c``) on the scores, Q and K.
-        output: the tensor the chain produces (the P·V MatMul's output).
+        output: the tensor the chain produces (the P·V MatMul's output, or the merged
+            ``[B, N, H·dv]`` after the head merge when ``heads``).
         reason: why the chain stays a barrier (empty: it fuses).
+        heads: ``(H, Hk)`` when the head split of Q, K, V and the merge of the output are
+            absorbed: the fused op reads and writes the projections' ``[B, N, H·d]``.
     """
 
     softmax: str
@@ -91,6 +104,7 @@ class AttentionChain:
     scale: float = 1.0
     output: str = ""
     reason: str = ""
+    heads: tuple[int, int] | None = None
 
     @property
     def fusable(self) -> bool:
@@ -120,10 +134,12 @@ class AttentionVerdict:
     fused: bool
     ops: tuple[str, ...] = ()
     reason: str = ""
+    detail: str = ""  # a fused op's decoder parts: causal, grouped heads
 
     def __str__(self) -> str:
         if self.fused and not self.reason:
-            return f"attention {self.name}: fused (P5, flash scheme on the digital units)"
+            extra = f"; {self.detail}" if self.detail else ""
+            return f"attention {self.name}: fused (P5, flash scheme on the digital units{extra})"
         if self.fused:
             return f"attention {self.name}: runs unfused, OPAQUE ({self.reason})"
         if not self.reason:
@@ -135,20 +151,22 @@ class AttentionVerdict:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "fused": self.fused, "ops": list(self.ops),
-                "pattern": "P5" if not self.reason else None, "reason": self.reason}  # fmt: skip
+                "pattern": "P5" if not self.reason else None, "reason": self.reason,
+                "detail": self.detail}  # fmt: skip
 
 
 # ---- 1. candidates ------------------------------------------------------------------------------
-def find_attention(graph: Graph) -> list[AttentionChain]:
+def find_attention(graph: Graph, absorb_heads: bool = True) -> list[AttentionChain]:
     """Every attention chain of ``graph`` (fusable or with its reason), in graph order.
 
     A Softmax whose input does not go back to a MatMul of two activations is no attention
-    (a classifier's softmax) and is not listed.
+    (a classifier's softmax) and is not listed. ``absorb_heads=False`` keeps the head split
+    and merge as ops of their own (the 4-D form; ``results/exp_attention.md`` compares).
     """
     out = []
     for op in graph.ops:
         if attention_role(op) is AttentionRole.SOFTMAX:
-            chain = _chain_from(graph, op)
+            chain = _chain_from(graph, op, absorb_heads)
             if chain is not None:
                 out.append(chain)
     return out
@@ -162,10 +180,11 @@ class _Walk:
     ops: list[str] = field(default_factory=list)
     scale: float = 1.0
     masks: list[Mask] = field(default_factory=list)
+    absorb_heads: bool = True
 
 
-def _chain_from(graph: Graph, softmax: Op) -> AttentionChain | None:
-    w = _Walk(softmax)
+def _chain_from(graph: Graph, softmax: Op, absorb_heads: bool = True) -> AttentionChain | None:
+    w = _Walk(softmax, absorb_heads=absorb_heads)
     t = softmax.inputs[0]
     scores: Op | None = None
     while True:  # back from the softmax: scales and one mask, down to the scores MatMul
@@ -314,10 +333,13 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     if any(len(s) != RANK for s in shapes.values()):
         text = ", ".join(f"{n} {s}" for n, s in shapes.items())
         return _refused(w, f"Q, Kᵀ, V must be 4-D [B, H, N, d]; got {text}", chain)
-    if not (shapes[qt][:2] == shapes[kt][:2] == shapes[v][:2]):
+    q_bh, k_bh, v_bh = shapes[qt][:2], shapes[kt][:2], shapes[v][:2]
+    mqa = k_bh == v_bh == (q_bh[0], 1)  # one K/V head broadcast over the query heads
+    if not (q_bh == k_bh == v_bh or mqa):
         text = f"Q {shapes[qt]}, Kᵀ {shapes[kt]} and V {shapes[v]}"
-        return _refused(w, f"{text} differ in batch or heads (broadcast or grouped heads are "
-                           "not supported)", chain)  # fmt: skip
+        return _refused(w, f"{text} differ in batch or heads (only one K/V head broadcast "
+                           "over the query heads, or repeat_kv, is supported)",
+                        chain)  # fmt: skip
     dtypes = {graph.tensors[n].dtype for n in (qt, kt, v)}
     if dtypes != {"float32"}:
         return _refused(w, f"Q, K, V must be float32 (got {sorted(dtypes)})", chain)
@@ -335,10 +357,16 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     scale *= c
     k_src, c, k_perm = _keys(graph, kt, ops)
     scale *= c
+    k_src, v = _grouped(graph, k_src, k_perm, v, ops)
+    y, heads = context.outputs[0], None
+    seq = _sequence_major(graph, q, k_src, k_perm, v, y, ops) if w.absorb_heads else None
+    if seq is not None:
+        heads = (graph.tensors[q].shape[1], graph.tensors[v].shape[1])
+        (q, k_src, v, y), k_perm = seq, None
     order = tuple(sorted(ops, key=graph.op_index.__getitem__))
     masks = tuple(reversed(w.masks))  # in graph order
-    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale,
-                          context.outputs[0])  # fmt: skip
+    return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale, y,
+                          heads=heads)  # fmt: skip
 
 
 def _absorb_scales(graph: Graph, t: str, ops: set[str]) -> tuple[str, float]:
@@ -369,19 +397,148 @@ def _keys(graph: Graph, kt: str, ops: set[str]) -> tuple[str, float, tuple[int, 
     return src, scale * c, (None if k_perm == IDENTITY else k_perm)
 
 
+def _grouped(
+    graph: Graph, k: str, k_perm: tuple[int, ...] | None, v: str, ops: set[str]
+) -> tuple[str, str]:
+    """``(K source, V)`` with a repeat_kv on both absorbed: the fused op then reads the
+    ``Hk`` grouped heads (each once for its group of query heads). Without a repeat on both,
+    of one group size, ``(k, v)`` as they are."""
+    if k_perm is not None and k_perm[:2] != (0, 1):
+        return k, v
+    rk, rv = _repeat_kv(graph, k, ops), _repeat_kv(graph, v, ops)
+    if rk is None or rv is None:
+        return k, v
+    (k_src, k_ops), (v_src, v_ops) = rk, rv
+    if graph.tensors[k_src].shape[:2] != graph.tensors[v_src].shape[:2]:
+        return k, v
+    ops.update(k_ops + v_ops)
+    return k_src, v_src
+
+
+def _repeat_kv(graph: Graph, t: str, ops: set[str]) -> tuple[str, list[str]] | None:
+    """``(source, ops)`` when ``t [B, Hk·g, X, Y]`` is HF's ``repeat_kv`` of ``source
+    [B, Hk, X, Y]``: a view to ``[B, Hk, 1, X, Y]``, a broadcast to ``[B, Hk, g, X, Y]``, a
+    view to ``[B, Hk·g, X, Y]`` (query head ``h`` reads K/V head ``h // g``), each op read
+    only by the next (``None``: not that form). A ``Tile`` of the heads repeats them in
+    another order and is not absorbed."""
+    walk: list[str] = []
+    shapes: list[tuple[int, ...]] = [graph.tensors[t].shape]
+    roles = (AttentionRole.VIEW, AttentionRole.BROADCAST, AttentionRole.VIEW)
+    readers_ok = set(ops)
+    for role in roles:
+        p = graph.producer(t)
+        if p is None or attention_role(p) is not role or not _only_reader_in(graph, t, readers_ok):
+            return None
+        t = p.inputs[0]
+        if graph.is_constant(t):
+            return None
+        walk.append(p.name)
+        readers_ok.add(p.name)
+        shapes.append(graph.tensors[t].shape)
+    out, five, one, src = shapes
+    if len(out) != RANK or len(five) != RANK + 1 or src != (out[0], five[1], *out[2:]):
+        return None
+    b, hk, g = five[:3]
+    if five != (b, hk, g, *out[2:]) or one != (b, hk, 1, *out[2:]) or hk * g != out[1]:
+        return None
+    return t, walk
+
+
+HEAD_SPLIT = (0, 2, 1, 3)  # [B, N, H, d] <-> [B, H, N, d]
+
+
+def _sequence_major(
+    graph: Graph, q: str, k: str, k_perm: tuple[int, ...] | None, v: str, y: str, ops: set[str]
+) -> tuple[str, str, str, str] | None:
+    """``(Q, K, V, Y)`` in the projections' ``[B, N, H·d]`` when the chain's Q, K, V are
+    made from such tensors by a view ``[B, N, H, d]`` and ``Transpose(0, 2, 1, 3)`` (K's
+    transpose already absorbed into ``k_perm``) and its output goes back by the same two ops,
+    each read only by the next: those ops are absorbed (added to ``ops``), so the head
+    split and merge no longer round-trip through DRAM. ``None`` (nothing absorbed) unless all
+    four do."""
+    extra: set[str] = set()
+    sources = []
+    for t, perm in ((q, None), (k, k_perm), (v, None)):
+        found = _split_source(graph, t, perm, ops | extra)
+        if found is None:
+            return None
+        sources.append(found[0])
+        extra.update(found[1])
+    merged = _merge_target(graph, y)
+    if merged is None:
+        return None
+    ops.update(extra | set(merged[1]))
+    return sources[0], sources[1], sources[2], merged[0]
+
+
+def _split_source(
+    graph: Graph, t: str, perm: tuple[int, ...] | None, ops: set[str]
+) -> tuple[str, list[str]] | None:
+    """``(X [B, N, H·d], ops)`` when ``transpose(t, perm)`` is the head split of ``X``."""
+    walk: list[str] = []
+    if perm is None:  # t [B, H, N, d] = Transpose(t4, (0, 2, 1, 3))
+        p = graph.producer(t)
+        if p is None or axis_permutation(p, RANK) != HEAD_SPLIT:
+            return None
+        if not _only_reader_in(graph, t, ops):
+            return None
+        walk.append(p.name)
+        t = p.inputs[0]
+    elif perm != HEAD_SPLIT:
+        return None
+    # t [B, N, H, d] = view(X [B, N, H·d])
+    p = graph.producer(t)
+    if p is None or attention_role(p) is not AttentionRole.VIEW:
+        return None
+    if not _only_reader_in(graph, t, ops | set(walk)):
+        return None
+    x = p.inputs[0]
+    xs, ts = graph.tensors[x].shape, graph.tensors[t].shape
+    if graph.is_constant(x) or len(xs) != 3 or len(ts) != RANK or xs != (*ts[:2], ts[2] * ts[3]):
+        return None
+    return x, [*walk, p.name]
+
+
+def _merge_target(graph: Graph, y: str) -> tuple[str, list[str]] | None:
+    """``(Y [B, N, H·dv], ops)`` when ``y [B, H, N, dv]`` is read only by
+    ``Transpose(0, 2, 1, 3)`` and that only by a view to ``[B, N, H·dv]``."""
+    names = []
+    for want in ("transpose", "view"):
+        if y in graph.outputs:
+            return None
+        readers = graph.consumers(y)
+        if len(readers) != 1:
+            return None
+        r = readers[0]
+        if want == "transpose" and axis_permutation(r, RANK) != HEAD_SPLIT:
+            return None
+        if want == "view" and attention_role(r) is not AttentionRole.VIEW:
+            return None
+        names.append(r.name)
+        y = r.outputs[0]
+    ys = graph.tensors[y].shape
+    t = graph.tensors[graph.op(names[0]).outputs[0]].shape
+    # [B, N, H·dv], or the same elements in another view with H·dv last ([B·N, H·dv])
+    if not ys or ys[-1] != t[2] * t[3] or math.prod(ys[:-1]) != t[0] * t[1]:
+        return None
+    return y, names
+
+
 def _only_reader_in(graph: Graph, t: str, ops: set[str]) -> bool:
     return t not in graph.outputs and all(r.name in ops for r in graph.consumers(t))
 
 
 # ---- 3. rewrite ---------------------------------------------------------------------------------
-def fuse_attention(graph: Graph) -> Graph:
+def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
     """``graph`` with every fusable attention chain replaced by one fused attention op.
 
-    The fused op is named ``<softmax>.attention`` and writes the chain's output tensor, so
-    the rest of the graph is unchanged; a ``K`` that needs a Transpose gets one named
+    The fused op is named ``<softmax>.attention`` and writes the chain's output tensor (the
+    merged ``[B, N, H·dv]`` when the head split and merge are absorbed), so the rest of the
+    graph is unchanged; a ``K`` that needs a Transpose gets one named
     ``<softmax>.attention.keys``. Graphs without fusable chains are returned as they are.
+    ``absorb_heads=False``: the head split and merge stay ops of their own (the 4-D form).
     """
-    chains = [c for c in find_attention(graph) if c.fusable]
+    chains = [c for c in find_attention(graph, absorb_heads) if c.fusable]
     if not chains:
         return graph
     tensors: dict[str, Tensor] = dict(graph.tensors)
@@ -397,8 +554,18 @@ def fuse_attention(graph: Graph) -> Graph:
             shape = tuple(src.shape[i] for i in c.k_perm)
             tensors[k] = Tensor(k, shape, src.dtype)
             new.append(transpose_op(f"{name}.keys", c.k_source, k, c.k_perm))
-        mask = _one_mask(graph, c, name, tensors, new)
-        new.append(attention_op(name, c.q, k, c.v, mask, c.output, c.scale))
+        mask, causal = _one_mask(graph, c, name, tensors, new)
+        y, post = c.output, []
+        if c.heads is not None:  # the 3-D form writes [B, N, H·dv]; a view to another shape
+            qs, vs = tensors[c.q].shape, tensors[c.v].shape
+            merged = (qs[0], qs[1], c.heads[0] * (vs[2] // c.heads[1]))
+            if tensors[c.output].shape != merged:
+                y = _fresh(tensors, f"{name}.merged")
+                tensors[y] = Tensor(y, merged, "float32")
+                to = _const(tensors, f"{name}.merged.shape", tensors[c.output].shape, "int64")
+                post.append(reshape_op(f"{name}.merged", y, to, c.output))
+        new.append(attention_op(name, c.q, k, c.v, mask, y, c.scale, causal, c.heads))
+        new += post
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
         for op_name in c.ops:
@@ -419,9 +586,11 @@ def fuse_attention(graph: Graph) -> Graph:
 
 def _one_mask(
     graph: Graph, c: AttentionChain, name: str, tensors: dict[str, Tensor], new: list[Op]
-) -> str | None:
-    """The chain's masks as one additive float32 tensor: constant parts folded into one
-    constant, a Where on an activation condition as ``where(c, 0, fill)``, parts summed."""
+) -> tuple[str | None, bool]:
+    """The chain's masks as one additive float32 tensor and whether the op is causal:
+    constant parts folded into one constant, a Where on an activation condition as
+    ``where(c, 0, fill)``, parts summed. A folded constant that masks every key after its
+    query (:func:`causal_part`) becomes ``is_causal`` and its remainder (dropped when 0)."""
     parts: list[str] = []
     folded: np.ndarray | None = None
     for i, (tensor, fill, keep) in enumerate(c.masks):
@@ -446,10 +615,17 @@ def _one_mask(
             parts.append(out)
             continue
         folded = value if folded is None else (folded + value).astype(np.float32)
+    causal = False
     if folded is not None:
+        axis = 1 if c.heads else 2  # the sequence axis of [B, N, H·d] or [B, H, N, d]
+        scores = (graph.tensors[c.q].shape[axis], graph.tensors[c.v].shape[axis])
+        rest = causal_part(folded, scores)
+        if rest is not None:
+            causal, folded = True, rest
+    if folded is not None and (not causal or np.any(folded)):
         parts.append(_const(tensors, f"{name}.mask", folded))
     if not parts:
-        return None
+        return None, causal
     mask = parts[0]
     for i, other in enumerate(parts[1:]):
         out = _fresh(tensors, f"{name}.masks{i}")
@@ -457,14 +633,34 @@ def _one_mask(
         tensors[out] = Tensor(out, tuple(int(d) for d in shape), "float32")
         new.append(add_op(out, mask, other, out))
         mask = out
-    return mask
+    return mask, causal
 
 
-def _const(tensors: dict[str, Tensor], stem: str, value: float | np.ndarray) -> str:
+def causal_part(mask: np.ndarray, scores: tuple[int, int]) -> np.ndarray | None:
+    """``mask`` with its causal part taken out, when its last two axes are the scores'
+    ``(Nq, Nk)`` (not broadcast) and every entry after the query (key ``j > i``, top-left) is
+    at most :data:`CAUSAL_FILL`: those entries set to 0 (``None``: not causal). Such a fill
+    gives a softmax weight of exactly 0, as ``is_causal`` does, for scores below 1e8 in
+    magnitude."""
+    if mask.ndim < 2 or tuple(mask.shape[-2:]) != tuple(scores) or scores[1] < 2:
+        return None
+    nq, nk = scores
+    after = np.arange(nk)[None, :] > np.arange(nq)[:, None]
+    if not after.any() or not np.all(mask[..., after] <= CAUSAL_FILL):
+        return None
+    return np.where(after, np.float32(0), mask).astype(np.float32)
+
+
+def _const(
+    tensors: dict[str, Tensor],
+    stem: str,
+    value: float | np.ndarray | tuple[int, ...],
+    dtype: str = "float32",
+) -> str:
     name = _fresh(tensors, stem)
-    arr = np.asarray(value, np.float32)
+    arr = np.asarray(value, dtype)
     arr.flags.writeable = False
-    tensors[name] = Tensor(name, tuple(arr.shape), "float32", arr)
+    tensors[name] = Tensor(name, tuple(arr.shape), dtype, arr)
     return name
 
 
@@ -482,11 +678,29 @@ def explain_attention(graph: Graph) -> list[AttentionVerdict]:
     out = []
     for op in graph.ops:
         if attention_role(op) is AttentionRole.FUSED:
-            out.append(AttentionVerdict(op.name, True, (op.name,),
-                                        fused_attention_problem(graph, op) or ""))  # fmt: skip
+            problem = fused_attention_problem(graph, op) or ""
+            detail = "" if problem else _decoder_detail(graph, op)
+            out.append(AttentionVerdict(op.name, True, (op.name,), problem, detail))
     for c in find_attention(graph):
         out.append(AttentionVerdict(c.softmax, False, c.ops, c.reason))
     return out
+
+
+def _decoder_detail(graph: Graph, op: Op) -> str:
+    """``causal``, grouped heads: what the flash scheme of a fused op skips or shares."""
+    parts = []
+    if attr(op, "is_causal"):
+        parts.append("causal: the K/V tiles after each query tile are skipped")
+    hq, hk = heads_of(op) or (
+        graph.tensors[op.inputs[0]].shape[1],
+        graph.tensors[op.inputs[1]].shape[1],
+    )
+    if heads_of(op) is not None:
+        parts.append("head split and merge absorbed: Q, K, V and the output in [B, N, H·d]")
+    if hq != hk:
+        parts.append(f"grouped heads: {hq} query heads over {hk} K/V heads, each K/V tile "
+                     "read once per group")  # fmt: skip
+    return "; ".join(parts)
 
 
 def format_attention(items: list[AttentionVerdict]) -> str:
