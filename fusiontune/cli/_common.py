@@ -94,6 +94,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
         "--input-shape", action="append", default=None, metavar="NAME=D,D,...",
         help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
     )  # fmt: skip
+    add_pin_argument(parser)
     parser.add_argument(
         "--fuse-attention", action="store_true",
         help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
@@ -101,9 +102,18 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
     add_memory_limit_argument(parser)
 
 
+def add_pin_argument(parser: argparse.ArgumentParser) -> None:
+    """``--pin NAME=VALUE``: an ONNX input fixed to a value (an ``If`` on it folds)."""
+    parser.add_argument(
+        "--pin", action="append", default=None, metavar="NAME=V[,V...]",
+        help="fix an ONNX graph input to a value, e.g. a sample rate sr=16000: it becomes a "
+        "constant and an If on it becomes the branch it takes (repeatable)",
+    )  # fmt: skip
+
+
 def load_graph(args: argparse.Namespace) -> Graph:
     """Load the model named by :func:`add_model_arguments`' options."""
-    from fusiontune.frontend.loader import load_model, parse_input_shapes
+    from fusiontune.frontend.loader import load_model, parse_input_shapes, parse_input_values
 
     apply_memory_limit(args)
     zoo_kwargs = {
@@ -112,8 +122,9 @@ def load_graph(args: argparse.Namespace) -> Graph:
         if value is not None
     }
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    pins = parse_input_values(args.pin) if getattr(args, "pin", None) else None
     try:
-        graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+        graph = load_model(args.model, input_shapes=shapes, input_values=pins, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
     if getattr(args, "fuse_attention", False):
