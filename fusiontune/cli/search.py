@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
     add_memory_limit_argument,
+    add_model_bits_argument,
     add_pin_argument,
     apply_memory_limit,
     input_size_error,
@@ -104,6 +105,7 @@ def register(sub: Any) -> None:
         help="static shape of an ONNX graph input (repeatable)",
     )
     add_pin_argument(p)
+    add_model_bits_argument(p)
     p.add_argument(
         "--fuse-attention",
         action="store_true",
@@ -198,6 +200,7 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
             on_start=progress.start,
             eval_timeout_s=args.eval_timeout or None,
             checkpoint_s=args.checkpoint_every,
+            model_bits=args.model_bits,
         )
     except InputSizeError as exc:
         raise input_size_error(exc) from None
