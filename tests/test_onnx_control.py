@@ -168,3 +168,11 @@ def test_cli_pin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plans", path, "--pin", f"sr={RATE}", "--count"]) == 0
     assert main(["plans", path, "--count"]) != 0
     assert "--pin sr=VALUE" in capsys.readouterr().err
+
+
+def test_cli_search_pin(tmp_path: Path) -> None:
+    path = str(if_model(tmp_path))
+    out = tmp_path / "runs"
+    args = ["search", path, "--pin", f"sr={RATE}", "--trials", "2", "--workers", "1"]
+    assert main([*args, "--out", str(out)]) == 0
+    assert (out / "vad_like" / "summary.json").is_file()
