@@ -57,7 +57,7 @@ def _softplus(x: Array) -> Array:
 
 # name -> (uses alpha, uses beta, default alpha, default beta, function of (x, alpha, beta))
 _ACTIVATIONS: dict[str, tuple[bool, bool, float, float, Callable[[Array, float, float], Array]]] = {
-    "Sigmoid": (False, False, 0.0, 0.0, lambda x, a, b: 1.0 / (1.0 + np.exp(-x))),
+    "Sigmoid": (False, False, 0.0, 0.0, lambda x, a, b: 0.5 * (1.0 + np.tanh(0.5 * x))),
     "Tanh": (False, False, 0.0, 0.0, lambda x, a, b: np.tanh(x)),
     "Relu": (False, False, 0.0, 0.0, lambda x, a, b: np.maximum(x, 0.0)),
     "Softsign": (False, False, 0.0, 0.0, lambda x, a, b: x / (1.0 + np.abs(x))),
