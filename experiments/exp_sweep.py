@@ -226,13 +226,30 @@ def _macs(graph: Any, op: Any) -> int | None:
     return math.prod(out) * (a[-1] if a else 1)  # MatMul
 
 
+def _load_kwargs(state: dict[str, Any]) -> dict[str, Any]:
+    """``input_shapes`` / ``input_values`` of ``ft.load_model`` for this file (``--load-args``:
+    the held-out script's models with a pinned input; none for the sweep's exports)."""
+    return dict(state.get("load_args") or {})
+
+
+ORT_DTYPES = {"tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(float)": "float32"}
+"""onnxruntime's input type names -> numpy dtypes (of pinned inputs)."""
+
+
+def sess_inputs(path: str) -> list[Any]:
+    """onnxruntime's view of the file's inputs (name, type)."""
+    import onnxruntime as ort
+
+    return list(ort.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs())
+
+
 def step_load(state: dict[str, Any]) -> dict[str, Any]:
     import fusiontune as ft
 
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        graph = ft.load_model(state["path"])
+        graph = ft.load_model(state["path"], **_load_kwargs(state))
     load_s = time.perf_counter() - start
     state["graph"] = graph
     classes = Counter(str(op.op_class) for op in graph.ops)
@@ -278,6 +295,11 @@ def step_ort(state: dict[str, Any]) -> dict[str, Any]:
     feeds = random_inputs(graph, seed=0)
     start = time.perf_counter()
     ref = ft.reference_run(graph, feeds)
+    pinned = _load_kwargs(state).get("input_values") or {}
+    ort_feeds = dict(feeds)  # onnxruntime reads the file as shipped: pinned inputs are inputs
+    for name, value in pinned.items():
+        kind = next(i.type for i in sess_inputs(state["path"]) if i.name == name)
+        ort_feeds[name] = np.asarray(value, dtype=ORT_DTYPES.get(kind, np.float32))
     ref_s = time.perf_counter() - start
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -285,7 +307,7 @@ def step_ort(state: dict[str, Any]) -> dict[str, Any]:
     opts.log_severity_level = 3
     sess = ort.InferenceSession(state["path"], opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    got = dict(zip(names, sess.run(names, feeds)))
+    got = dict(zip(names, sess.run(names, ort_feeds)))
     worst = 0.0
     for name in graph.outputs:
         a = np.asarray(ref[name], dtype=np.float64)
@@ -444,11 +466,13 @@ STEP_FUNCS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def analyse_child(path: str, steps: Sequence[str], plan_file: str) -> None:
+def analyse_child(
+    path: str, steps: Sequence[str], plan_file: str, load_args: dict[str, Any] | None = None
+) -> None:
     """Child process: run ``steps`` on one file, one JSON line per step on the protocol fd."""
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything else printed goes to stderr
-    state: dict[str, Any] = {"path": path, "plan_file": plan_file}
+    state: dict[str, Any] = {"path": path, "plan_file": plan_file, "load_args": load_args}
     for step in steps:
         if step != "load" and "graph" not in state:
             step_load(state)  # a later child re-loads the graph (its time is not recorded)
@@ -528,7 +552,11 @@ def _skip_after_failures(results: dict[str, Any], todo: list[str]) -> bool:
 
 
 def analyse_file(
-    path: Path, step_timeout_s: float, analysis_dir: Path, key: dict[str, Any] | None = None
+    path: Path,
+    step_timeout_s: float,
+    analysis_dir: Path,
+    key: dict[str, Any] | None = None,
+    load_args: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every step on one exported file, each under ``step_timeout_s`` (the optimum's plan
     passes through a file in ``analysis_dir``).
@@ -536,6 +564,8 @@ def analyse_file(
     Each finished step is written at once to a partial file in ``analysis_dir`` (with ``key``,
     the cache key of the analysis): a run killed in the middle of a file resumes there with the
     steps not yet done (and the optimum's plan file, when the optimum step is among the done).
+    ``load_args`` (JSON-able) are passed to ``ft.load_model`` in every child: ``input_shapes``,
+    and ``input_values`` (pinned inputs, which onnxruntime is then fed).
     """
     plan_file = analysis_dir / path.with_suffix(".optimum.json").name
     partial = analysis_dir / path.with_suffix(".analysis.partial.json").name
@@ -569,6 +599,8 @@ def analyse_file(
             "--plan-file",
             str(plan_file),
         ]
+        if load_args:
+            cmd += ["--load-args", json.dumps(load_args)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         buf = bytearray()
         while todo:
@@ -1227,12 +1259,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--analyse-one", help=argparse.SUPPRESS)
     parser.add_argument("--steps", help=argparse.SUPPRESS)
     parser.add_argument("--plan-file", help=argparse.SUPPRESS)
+    parser.add_argument("--load-args", help=argparse.SUPPRESS)  # JSON: ft.load_model kwargs
     args = parser.parse_args(argv)
     if args.export_one:
         export_one(args.export_one, args.exporters.split(","), Path(args.cache))
         return 0
     if args.analyse_one:
-        analyse_child(args.analyse_one, args.steps.split(","), args.plan_file)
+        load_args = json.loads(args.load_args) if args.load_args else None
+        analyse_child(args.analyse_one, args.steps.split(","), args.plan_file, load_args)
         return 0
     for path in run(args):
         print(f"wrote {path.relative_to(REPO_DIR) if path.is_relative_to(REPO_DIR) else path}")

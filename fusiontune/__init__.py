@@ -62,6 +62,9 @@ _EXPORTS: dict[str, str] = {
     # simulator
     "HardwareConfig": "fusiontune.sim.hardware",
     "load_hardware": "fusiontune.sim.hardware",
+    "at_model_bits": "fusiontune.sim.model_bits",
+    "model_bits": "fusiontune.sim.model_bits",
+    "ModelBits": "fusiontune.sim.model_bits",
     "Metrics": "fusiontune.sim.cost",
     "simulate": "fusiontune.sim.cost",
     "execute": "fusiontune.sim.execute",

@@ -385,3 +385,31 @@ def test_integer_tensors_keep_their_dtype_in_fused_execution(tmp_path: Path) -> 
         np.testing.assert_allclose(run.outputs["y"], ref, rtol=0, atol=RTOL * np.abs(ref).max())
         report = verify(graph, plan)
         assert report.passed, report.summary()
+
+
+def test_an_op_that_broadcasts_along_rows_is_not_an_epilogue() -> None:
+    """A (1, 1, C) statistic times a (1, R, 1) constant makes R rows of its one row (magika's
+    LayerNorm, from jax2tf): the Mul cannot ride on its producer's bands. It used to, and the
+    group asked row R of a one-row tensor: the runner looped without end (issue 23)."""
+    from fusiontune.reference import random_inputs, reference_run
+    from fusiontune.sim.verify import verify
+
+    b = GraphBuilder("row_broadcast", seed=5)
+    x = b.input("x", (1, 1, 16))
+    y = b.op("Add", [x, b.const("eps", np.float32(2.0))], name="add")
+    y = b.act("Sigmoid", y, name="sig")
+    y = b.op("Mul", [y, b.const("scale", np.linspace(0.5, 1.5, 8).reshape(1, 8, 1))],
+             name="mul")  # fmt: skip
+    b.relu(y, name="relu")
+    graph = b.build()
+    group = Group(("add", "sig", "mul", "relu"), Mode.FUSED)
+    nodes = compile_group(graph, group)
+    assert [n.name for n in nodes] == ["add", "mul"]  # sig rides on add, relu on mul
+    assert [op.name for op in nodes[0].epilogue] == ["sig"]
+    plan = Plan.of(graph, [group])
+    inputs = random_inputs(graph)
+    run = execute(graph, plan, inputs, band_rows=1)
+    assert_close(graph, run.outputs, reference_run(graph, inputs))
+    assert (run.act_read_bytes, run.act_write_bytes) == (16, 8 * 16)
+    report = verify(graph, plan)
+    assert report.passed and report.traffic_ok and report.buffer_ok

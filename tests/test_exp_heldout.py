@@ -68,3 +68,15 @@ def test_read_rows_round_trips_the_csv(tmp_path: Path) -> None:
     rows = [{"model": "a", "ops": 3, "ratio": 0.5, "load": True, "optimum": None}]
     write_csv(rows, tmp_path / "t.csv")
     assert mod.read_rows(tmp_path / "t.csv") == rows
+
+
+def test_a_model_with_pins_is_copied_as_shipped_and_loaded_with_shapes(tmp_path: Path) -> None:
+    """A pinned model keeps its dynamic dimensions in the copy (onnxruntime reads it as
+    shipped); fusiontune gets the shapes and the pinned values through ``load_args``."""
+    mod = _load()
+    spec = mod.HeldOut("pkg", "1.0", "pkg/m.onnx", {"x": (2, 4)}, "test", pins={"sr": 16000})
+    path = mod.static_copy(spec, _wheel(tmp_path), tmp_path / "cache")
+    dims = [d.dim_param for d in onnx.load(str(path)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", ""]
+    assert spec.load_args == {"input_shapes": {"x": [2, 4]}, "input_values": {"sr": 16000}}
+    assert mod.HeldOut("pkg", "1.0", "pkg/m.onnx", {}, "test").load_args is None

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fusiontune import load_onnx
@@ -78,3 +79,67 @@ def test_int8_models_and_float_models_keep_the_preset() -> None:
     assert model_bits(graph) == ModelBits(None, None)
     narrow = hw.replace(act_bits=4, weight_bits=4)
     assert at_model_bits(graph, narrow) is narrow
+
+
+# ---- the user surface: facade, simulate --model-bits, search(model_bits=True) --------------------
+def test_the_facade_exports_model_bits() -> None:
+    import fusiontune as ft
+
+    assert ft.at_model_bits is at_model_bits and ft.model_bits is model_bits
+    assert ft.ModelBits is ModelBits
+
+
+def test_cli_simulate_model_bits_prices_a_committed_qdq_file_at_its_widths(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An int8 QDQ resnet18 on a 16-bit preset (puma_138): ``--model-bits`` prices one byte per
+    activation, as ``at_model_bits`` does; without it the preset's two bytes, and a note."""
+    import json
+
+    from fusiontune.cli.main import main
+    from fusiontune.sim.greedy import greedy_plan
+
+    path = QDQ / "resnet18n_qdq_tensor.onnx"
+    graph = load_onnx(path)
+    preset = load_hardware("puma_138")
+    at = at_model_bits(graph, preset)
+    assert (at.act_bits, at.weight_bits, at.act_bytes) == (8, 8, 1)
+    totals = {}
+    for flag, hw in (([], preset), (["--model-bits"], at)):
+        assert main(["simulate", str(path), "--hw", "puma_138", "--json", *flag]) == 0
+        captured = capsys.readouterr()
+        report = json.loads(captured.out)
+        want = simulate(graph, greedy_plan(graph, hw=hw), hw)
+        assert report["totals"]["traffic_bytes"] == want.traffic_bytes
+        totals[bool(flag)] = report["totals"]["act_traffic_bytes"]
+        line = (
+            "model bits: activations 8, weights 8 bits (the model's grids; puma_138 prices 16/16)"
+            if flag
+            else "note: the model's grids are activations 8 / weights 8 bits; puma_138 prices "
+            "16/16 (--model-bits prices the model's)"
+        )
+        assert line in captured.err
+    assert totals[True] * 2 == totals[False]  # one byte per activation instead of two
+
+
+def test_cli_model_bits_on_a_float_model_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    from fusiontune.cli.main import main
+
+    assert main(["simulate", "lenet5", "--model-bits"]) == 0
+    assert "model bits: 'lenet5' has no integer grids; isaac_reram prices 8/8 kept" in (
+        capsys.readouterr().err
+    )
+
+
+def test_search_model_bits_searches_on_the_models_widths(tmp_path: Path) -> None:
+    """``search(model_bits=True)``: the trials run on the model's 16-bit activations (the
+    preset's 8 otherwise), so the best plan's traffic is two bytes per element, not one."""
+    from fusiontune.search.api import search
+
+    graph = load_onnx(_int16_conv(tmp_path))
+    elements = 1 * 3 * 8 * 8 + 1 * 4 * 8 * 8  # the input read and the output written
+    for on, act_bits, act_bytes in ((False, 8, 1), (True, 16, 2)):
+        result = search(graph, trials=3, workers=1, backend="serial", baselines=False,
+                        out=tmp_path / "runs", study=f"bits_{on}", model_bits=on)  # fmt: skip
+        assert set(result.trials["hw.act_bits"]) == {act_bits}
+        assert result.summary["best"]["traffic_bytes"] == elements * act_bytes

@@ -956,6 +956,148 @@ def test_scatter_elements_reduction_per_opset() -> None:
     check_vs_ort(graph, feeds, opset=18)
 
 
+# ---- LSTM (a recurrent op: OPAQUE, its reference kernel in both runs) --------------------------
+LSTM_CASES: dict[str, dict[str, Any]] = {
+    "forward": {},
+    "reverse": {"direction": "reverse"},
+    "bidirectional": {"direction": "bidirectional"},
+    "no_bias_no_state": {"bias": False, "state": False},
+    "sequence_lens": {"lens": (5, 2, 3)},
+    "sequence_lens_bidirectional": {"lens": (5, 2, 3), "direction": "bidirectional"},
+    "sequence_lens_zero": {"lens": (0, 2, 3)},
+    "peepholes": {"peepholes": True},
+    "clip": {"clip": 0.5},
+    "input_forget": {"input_forget": 1},
+    "activations_alpha_beta": {"activations": ("HardSigmoid", "Tanh", "ScaledTanh"),
+                               "activation_alpha": (0.3, 0.7), "activation_beta": (0.4, 1.2)},
+    "bidirectional_relu": {"direction": "bidirectional",
+                           "activations": ("Sigmoid", "Tanh", "Tanh", "Sigmoid", "Relu", "Relu")},
+}  # fmt: skip
+LSTM_SEQ, LSTM_BATCH, LSTM_IN, LSTM_HIDDEN = 5, 3, 4, 6
+
+
+def lstm_case(case: str, layout: int = 0) -> OpCase:
+    """A one-LSTM graph: X and the initial state are activations, W, R, B, P constants."""
+    spec = dict(LSTM_CASES[case])
+    seq, batch, n_in, h = LSTM_SEQ, LSTM_BATCH, LSTM_IN, LSTM_HIDDEN
+    n_dirs = 2 if spec.get("direction") == "bidirectional" else 1
+    lens = spec.pop("lens", None)
+    bias, state = spec.pop("bias", True), spec.pop("state", True)
+    x = rnd(seq, batch, n_in)
+    h0, c0 = rnd(n_dirs, batch, h, seed=4), rnd(n_dirs, batch, h, seed=5)
+    if layout == 1:
+        x, h0, c0 = x.transpose(1, 0, 2), h0.transpose(1, 0, 2), c0.transpose(1, 0, 2)
+    ins: list[A | C | None] = [
+        A(np.ascontiguousarray(x)),
+        C(rnd(n_dirs, 4 * h, n_in, seed=1) * 0.5),
+        C(rnd(n_dirs, 4 * h, h, seed=2) * 0.5),
+        C(rnd(n_dirs, 8 * h, seed=3)) if bias else None,
+        C(np.asarray(lens, np.int32)) if lens is not None else None,
+        A(np.ascontiguousarray(h0)) if state else None,
+        A(np.ascontiguousarray(c0)) if state else None,
+    ]
+    if spec.pop("peepholes", False):
+        ins.append(C(rnd(n_dirs, 3 * h, seed=6)))
+    attrs = {"hidden_size": h, "layout": layout} | spec
+    return single_op("LSTM", ins, attrs, n_outputs=3)
+
+
+@pytest.mark.parametrize("case", sorted(LSTM_CASES))
+def test_lstm(case: str) -> None:
+    graph, feeds = lstm_case(case)
+    assert graph.ops[0].op_class is OpClass.OPAQUE  # recurrent: a barrier
+    check_vs_ort(graph, feeds)
+
+
+def test_lstm_sequence_lens_zero_steps_and_pads() -> None:
+    """Entry 1 of length 2: its outputs past step 2 are zeros and Y_h is its step-2 state;
+    entry 0 of length 0 ends in zeros (as onnxruntime gives)."""
+    graph, feeds = lstm_case("sequence_lens_zero")
+    out = reference_run(graph, feeds)
+    y, y_h = out["y"], out["y1"]
+    assert not y[:, :, 0].any() and not y_h[:, 0].any() and not out["y2"][:, 0].any()
+    assert not y[2:, 0, 1].any() and y[1, 0, 1].any()
+    np.testing.assert_array_equal(y_h[0, 1], y[1, 0, 1])
+    np.testing.assert_array_equal(y_h[0, 2], y[2, 0, 2])
+
+
+@pytest.mark.parametrize("case", ["forward", "bidirectional", "sequence_lens"])
+def test_lstm_layout_1_is_layout_0_transposed(case: str) -> None:
+    """onnxruntime refuses ``layout=1`` ("Batchwise recurrent operations are not supported"),
+    so the batch-first form is checked against the sequence-first one, which meets it."""
+    want = reference_run(*lstm_case(case))
+    graph, feeds = lstm_case(case, layout=1)
+    assert graph.tensors["y"].shape == (LSTM_BATCH, LSTM_SEQ, want["y"].shape[1], LSTM_HIDDEN)
+    got = reference_run(graph, feeds)
+    np.testing.assert_array_equal(got["y"], want["y"].transpose(2, 0, 1, 3))
+    np.testing.assert_array_equal(got["y1"], want["y1"].transpose(1, 0, 2))
+    np.testing.assert_array_equal(got["y2"], want["y2"].transpose(1, 0, 2))
+
+
+def test_lstm_hand_computed_one_step() -> None:
+    """One step, hidden 1, zero state: i = o = f = sigmoid(x), c = tanh(x), C = i * c,
+    H = o * tanh(C)."""
+    x = np.asarray([[[0.5]]], np.float32)
+    ones = np.ones((1, 4, 1), np.float32)
+    graph, feeds = single_op("LSTM", [A(x), C(ones), C(np.zeros((1, 4, 1), np.float32))],
+                             {"hidden_size": 1}, n_outputs=3)  # fmt: skip
+    out = reference_run(graph, feeds)
+    s = 1 / (1 + math.exp(-0.5))
+    cell = s * math.tanh(0.5)
+    assert out["y2"][0, 0, 0] == pytest.approx(cell, rel=1e-6)
+    assert out["y1"][0, 0, 0] == pytest.approx(s * math.tanh(cell), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "message"),
+    [({"direction": "sideways"},
+      r"op 'op' \(LSTM\): direction 'sideways' is not one of forward, reverse, bidirectional"),
+     ({"activations": ("Sigmoid", "Tanh", "Gelu")},
+      r"op 'op' \(LSTM\): activation 'Gelu' is not one of Affine, Elu, "),
+     ({"activations": ("Sigmoid", "Tanh")},
+      r"op 'op' \(LSTM\): activations has 2 entries; 3 expected")],
+    ids=["direction", "activation", "activation_count"],
+)  # fmt: skip
+def test_lstm_errors_name_the_op(attrs: dict[str, Any], message: str) -> None:
+    with pytest.raises(FusiontuneError, match=message):
+        graph, feeds = single_op(
+            "LSTM", [A(rnd(2, 1, 3)), C(rnd(1, 8, 3)), C(rnd(1, 8, 2))],
+            {"hidden_size": 2} | attrs, n_outputs=3,
+        )  # fmt: skip
+        reference_run(graph, feeds)
+
+
+def test_lstm_shape_errors_name_the_op() -> None:
+    with pytest.raises(ShapeError, match=r"op 'op' \(LSTM\): W \(1, 8, 4\) and R \(1, 8, 2\) "
+                       r"do not fit X \(2, 1, 3\)"):  # fmt: skip
+        single_op("LSTM", [A(rnd(2, 1, 3)), C(rnd(1, 8, 4)), C(rnd(1, 8, 2))], n_outputs=3)
+    lens = C(np.asarray([3], np.int32))
+    case = single_op("LSTM", [A(rnd(2, 1, 3)), C(rnd(1, 8, 3)), C(rnd(1, 8, 2)), None, lens],
+                     n_outputs=3)  # fmt: skip
+    with pytest.raises(FusiontuneError, match=r"sequence_lens \[3\] must hold 1 lengths in "
+                       r"\[0, 2\]"):  # fmt: skip
+        reference_run(*case)
+
+
+def test_lstm_is_a_barrier_with_its_reason() -> None:
+    """The planner refuses to group an LSTM and says why (a recurrent op)."""
+    from fusiontune.planner.legality import check_plan
+    from fusiontune.planner.plan import Group, Mode, Plan
+
+    b = GraphBuilder("lstm_relu", seed=1)
+    x = b.input("x", (LSTM_SEQ, LSTM_BATCH, LSTM_IN))
+    h = LSTM_HIDDEN
+    w = b.const("w", rnd(1, 4 * h, LSTM_IN, seed=1))
+    r = b.const("r", rnd(1, 4 * h, h, seed=2))
+    y = b.op("LSTM", [x, w, r], {"hidden_size": h}, name="lstm", n_outputs=3)
+    b.relu(y, name="relu")
+    graph = b.build()
+    plan = Plan.of(graph, [Group(("lstm", "relu"), Mode.FUSED)])
+    with pytest.raises(FusiontuneError, match=r"OPAQUE \(a recurrent op: each time step reads "
+                       r"the state the previous step wrote"):  # fmt: skip
+        check_plan(graph, plan)
+
+
 # ---- DepthToSpace (torch's pixel_shuffle exports it in CRD mode) ------------------------------
 @pytest.mark.parametrize("mode", [None, "DCR", "CRD"])
 @pytest.mark.parametrize(("shape", "blocksize"), [((1, 8, 3, 5), 2), ((2, 18, 2, 3), 3)])
@@ -1256,6 +1398,7 @@ ONE_CASE_PER_OP: dict[str, Callable[[], OpCase]] = {
                              C(np.float32(0.05)), C(np.int8(-5))],
     ),
     "DepthToSpace": partial(depth_to_space_case, "CRD", (1, 8, 3, 5), 2),
+    "LSTM": partial(lstm_case, "bidirectional"),
     "ScatterElements": partial(indexing_case, "scatter_elements_axis1_neg_idx"),
     "DynamicQuantizeLinear": lambda: single_op(
         "DynamicQuantizeLinear", [A(rnd(2, 3, 4, 5))], out_shapes=[(2, 3, 4, 5), (), ()],

@@ -229,6 +229,14 @@ CASES = [
     Case("resize_sizes_opset11", "Resize", [X4, f32(0), f32(0), i64(1, 3, 5, 9)], opset=11,
          expect=(1, 3, 5, 9)),
     Case("expand", "Expand", [(3, 1), i64(2, 1, 4)], expect=(2, 3, 4)),
+    # ---- LSTM: directions, optional inputs, batch-first layout ---------------------------
+    Case("lstm_forward", "LSTM", [(5, 2, 3), f32(1, 16, 3), f32(1, 16, 4)], {"hidden_size": 4},
+         n_out=3, expect=(5, 1, 2, 4)),
+    Case("lstm_bidirectional_state", "LSTM", [(5, 2, 3), f32(2, 16, 3), f32(2, 16, 4), f32(2, 32),
+                                              None, (2, 2, 4), (2, 2, 4)],
+         {"hidden_size": 4, "direction": "bidirectional"}, n_out=3, expect=(5, 2, 2, 4)),
+    Case("lstm_layout1", "LSTM", [(2, 5, 3), f32(1, 16, 3), f32(1, 16, 4)],
+         {"hidden_size": 4, "layout": 1}, n_out=3, opset=14, expect=(2, 5, 1, 4)),
 ]  # fmt: skip
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, TextIO
 
 from fusiontune.errors import FusiontuneError, InputSizeError
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
+    from fusiontune.sim.hardware import HardwareConfig
 
 BYTE_UNITS = {
     "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -94,6 +96,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
         "--input-shape", action="append", default=None, metavar="NAME=D,D,...",
         help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
     )  # fmt: skip
+    add_pin_argument(parser)
     parser.add_argument(
         "--fuse-attention", action="store_true",
         help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
@@ -101,9 +104,59 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
     add_memory_limit_argument(parser)
 
 
+def add_pin_argument(parser: argparse.ArgumentParser) -> None:
+    """``--pin NAME=VALUE``: an ONNX input fixed to a value (an ``If`` on it folds)."""
+    parser.add_argument(
+        "--pin", action="append", default=None, metavar="NAME=V[,V...]",
+        help="fix an ONNX graph input to a value, e.g. a sample rate sr=16000: it becomes a "
+        "constant and an If on it becomes the branch it takes (repeatable)",
+    )  # fmt: skip
+
+
+def add_model_bits_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model-bits``: price a quantized model at its own bit widths (``sim/model_bits``)."""
+    parser.add_argument(
+        "--model-bits", action="store_true",
+        help="quantized (QDQ) models: price activations and weights at the model's own bit "
+        "widths (its integer grids) instead of the hardware's act_bits/weight_bits",
+    )  # fmt: skip
+
+
+def model_bits_hardware(
+    graph: Graph, hw: HardwareConfig, on: bool, out: TextIO | None = None
+) -> HardwareConfig:
+    """``hw`` at ``graph``'s own widths when ``on`` (one line on ``out`` says which); when off
+    and the model's grids differ from ``hw``'s widths, a line says ``--model-bits`` would
+    price them (the numbers stay ``hw``'s)."""
+    from fusiontune.sim.model_bits import at_model_bits, model_bits
+
+    out = out if out is not None else sys.stderr
+    bits = model_bits(graph)
+    act = bits.act_bits if bits.act_bits is not None else hw.act_bits
+    weight = bits.weight_bits if bits.weight_bits is not None else hw.weight_bits
+    found = bits.act_bits is not None or bits.weight_bits is not None
+    preset = f"{hw.name} prices {hw.act_bits}/{hw.weight_bits}"
+    if on:
+        if not found:
+            print(f"model bits: '{graph.name}' has no integer grids; {preset} kept", file=out)
+            return hw
+        print(
+            f"model bits: activations {act}, weights {weight} bits (the model's grids; {preset})",
+            file=out,
+        )
+        return at_model_bits(graph, hw)
+    if found and (act, weight) != (hw.act_bits, hw.weight_bits):
+        print(
+            f"note: the model's grids are activations {act} / weights {weight} bits; {preset} "
+            "(--model-bits prices the model's)",
+            file=out,
+        )
+    return hw
+
+
 def load_graph(args: argparse.Namespace) -> Graph:
     """Load the model named by :func:`add_model_arguments`' options."""
-    from fusiontune.frontend.loader import load_model, parse_input_shapes
+    from fusiontune.frontend.loader import load_model, parse_input_shapes, parse_input_values
 
     apply_memory_limit(args)
     zoo_kwargs = {
@@ -112,8 +165,9 @@ def load_graph(args: argparse.Namespace) -> Graph:
         if value is not None
     }
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    pins = parse_input_values(args.pin) if getattr(args, "pin", None) else None
     try:
-        graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
+        graph = load_model(args.model, input_shapes=shapes, input_values=pins, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
     if getattr(args, "fuse_attention", False):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
     add_memory_limit_argument,
+    add_model_bits_argument,
+    add_pin_argument,
     apply_memory_limit,
     input_size_error,
     int_in_range,
@@ -102,6 +104,8 @@ def register(sub: Any) -> None:
         metavar="NAME=D,D,...",
         help="static shape of an ONNX graph input (repeatable)",
     )
+    add_pin_argument(p)
+    add_model_bits_argument(p)
     p.add_argument(
         "--fuse-attention",
         action="store_true",
@@ -164,15 +168,17 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
         args.input_size,
         (parse_input_shapes(args.input_shape) if args.input_shape else None),
     )
-    if args.fuse_attention:  # the graph is rewritten before the search sees it
-        from fusiontune.frontend.loader import load_model
+    if args.fuse_attention or args.pin:  # the graph is loaded (and rewritten) here
+        from fusiontune.frontend.loader import load_model, parse_input_values
         from fusiontune.planner.attention import fuse_attention
 
         sizes = {"input_size": input_size} if input_size is not None else {}
+        pins = parse_input_values(args.pin) if args.pin else None
         try:
-            model = fuse_attention(load_model(args.model, input_shapes=shapes, **sizes))
+            model = load_model(args.model, input_shapes=shapes, input_values=pins, **sizes)
         except InputSizeError as exc:
             raise input_size_error(exc) from None
+        model = fuse_attention(model) if args.fuse_attention else model
         input_size = shapes = None
     try:
         result = search(
@@ -194,6 +200,7 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
             on_start=progress.start,
             eval_timeout_s=args.eval_timeout or None,
             checkpoint_s=args.checkpoint_every,
+            model_bits=args.model_bits,
         )
     except InputSizeError as exc:
         raise input_size_error(exc) from None

@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fusiontune.cli._common import add_model_arguments, load_graph
+from fusiontune.cli._common import (
+    add_model_arguments,
+    add_model_bits_argument,
+    load_graph,
+    model_bits_hardware,
+)
 from fusiontune.errors import ConfigError
 
 BASELINE_PLANS = ("unfused", "tvm_like", "greedy", "optimal")
@@ -40,6 +45,7 @@ def register(sub: Any) -> None:
                    help="execute the plan; compare outputs and byte counts")  # fmt: skip
     p.add_argument("--numerics", choices=("float", "cim"), default="float",
                    help="numerics of --verify (default float)")  # fmt: skip
+    add_model_bits_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -51,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from fusiontune.sim.hardware import load_hardware
 
     graph = load_graph(args)
-    hw = load_hardware(args.hw)
+    hw = model_bits_hardware(graph, load_hardware(args.hw), args.model_bits)
     plan = _load_plan(graph, args.plan, hw)
     metrics = simulate(graph, plan, hw)
     unfused = simulate(graph, unfused_plan(graph), hw)

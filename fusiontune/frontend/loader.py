@@ -17,6 +17,7 @@ ONNX_SUFFIX = ".onnx"
 def load_model(
     path_or_name: str | Path,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, Any] | None = None,
     **zoo_kwargs: Any,
 ) -> Graph:
     """Load a model by file path or zoo name.
@@ -28,6 +29,8 @@ def load_model(
     Args:
         path_or_name: ``"model.onnx"`` or a zoo name such as ``"resnet18"``.
         input_shapes: static input shapes for an ONNX file (``{"x": (1, 3, 224, 224)}``).
+        input_values: ONNX inputs pinned to a value (``{"sr": 16000}``): constants from then
+            on, so an ``If`` on them becomes the branch it takes (``load_onnx``).
         **zoo_kwargs: ``input_size``, ``batch``, ``seed`` for zoo models; ``None`` values
             count as not given (so a CLI can pass its defaults through).
 
@@ -45,10 +48,11 @@ def load_model(
             )
         from fusiontune.frontend.onnx_import import load_onnx
 
-        return load_onnx(text, input_shapes)
-    if input_shapes:
+        return load_onnx(text, input_shapes, input_values)
+    if input_shapes or input_values:
+        what = "input_shapes" if input_shapes else "input_values"
         raise ModelLoadError(
-            f"zoo model '{text}': input_shapes applies to ONNX files; "
+            f"zoo model '{text}': {what} applies to ONNX files; "
             "set the zoo model's size with input_size= and batch="
         )
     from fusiontune.frontend.zoo import build_zoo
@@ -83,3 +87,37 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
             )
         shapes[name] = shape
     return shapes
+
+
+def parse_input_values(specs: Sequence[str]) -> dict[str, Any]:
+    """Parse CLI ``--pin`` values such as ``["sr=16000", "mask=1,0,1"]``: one number is a
+    scalar, several (comma-separated) a 1-D value; the importer casts them to the input's
+    dtype and declared shape.
+
+    Raises:
+        ModelLoadError: a spec is not ``NAME=V`` or ``NAME=V1,V2,...`` with numbers, or a name
+            is given twice.
+    """
+    values: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        parts = [p.strip() for p in text.split(",")]
+        numbers: list[int | float] = []
+        for part in parts:
+            try:
+                numbers.append(int(part))
+            except ValueError:
+                try:
+                    numbers.append(float(part))
+                except ValueError:
+                    numbers = []
+                    break
+        if not sep or not name or not numbers:
+            raise ModelLoadError(
+                f"--pin '{spec}': expected NAME=VALUE or NAME=V1,V2,... with numbers, e.g. sr=16000"
+            )
+        if name in values:
+            raise ModelLoadError(f"--pin: input '{name}' is given twice")
+        values[name] = numbers[0] if len(numbers) == 1 else numbers
+    return values

@@ -68,13 +68,20 @@ HINT_SIZES = (224, 128, 64, 32, 16, 8, 1)
 suggests (the first the model loads with; 224 is the usual image side)."""
 
 
-def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load_onnx(
+    path: str | Path,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, Any] | None = None,
+) -> Graph:
     """Load an ONNX model file into a linted Graph.
 
     Args:
         path: the ``.onnx`` file (external data is read from its folder).
         input_shapes: static shapes for graph inputs, by input name; required for inputs
             with dynamic dimensions, e.g. ``{"x": (1, 3, 224, 224)}``.
+        input_values: graph inputs pinned to a value (``{"sr": 16000}``): each becomes a
+            constant of its declared dtype and shape, no longer an input, so what depends on
+            it folds; an ``If`` whose condition then folds becomes the branch it takes.
 
     Returns:
         The Graph, named after the file stem. Ops of types the IR does not know are OPAQUE;
@@ -83,16 +90,20 @@ def load_onnx(path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None
     Raises:
         ModelLoadError: the file is missing, truncated or not ONNX; the opset cannot be
             brought into 11-21; an input has a dynamic dimension and no ``input_shapes``
-            entry; a float input is not float32; a shape cannot be inferred.
+            entry; a float input is not float32; a shape cannot be inferred; a pinned value
+            does not fit its input; an ``If`` condition depends on an input not pinned.
     """
     path = Path(path)
     model, model_bytes = _read_model(path)
     model = _convert_opset(expand_attention_ops(model), path)
-    return _Importer(model, path, dict(input_shapes or {}), model_bytes).run()
+    pins = dict(input_values or {})
+    return _Importer(model, path, dict(input_shapes or {}), model_bytes, pins=pins).run()
 
 
 def load_onnx_with_plan(
-    path: str | Path, input_shapes: Mapping[str, Sequence[int]] | None = None
+    path: str | Path,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_values: Mapping[str, Any] | None = None,
 ) -> tuple[Graph, Plan | None]:
     """Load an ONNX model and the fusion plan it was exported with, if any.
 
@@ -117,7 +128,8 @@ def load_onnx_with_plan(
     path = Path(path)
     model, model_bytes = _read_model(path)
     model = _convert_opset(expand_attention_ops(model), path)
-    importer = _Importer(model, path, dict(input_shapes or {}), model_bytes)
+    pins = dict(input_values or {})
+    importer = _Importer(model, path, dict(input_shapes or {}), model_bytes, pins=pins)
     graph = importer.run()
     if embedded_plan_json(model) is None:
         return graph, None
@@ -398,7 +410,10 @@ class _Importer:
     origin: dict[str, int] = field(default_factory=dict)  # op name -> top-level node index
     grids: dict[str, QuantParams] = field(default_factory=dict)  # dequantized constants
     fold_limit_bytes: int = 0
+    pins: dict[str, Any] = field(default_factory=dict)  # input name -> pinned value
     _initializer_names: frozenset[str] = frozenset()
+    _taken_names: set[str] = field(default_factory=set)  # op names in use (branches inlined)
+    _origin_now: int = 0  # the top-level node being imported
     _model_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
 
     @property
@@ -431,6 +446,7 @@ class _Importer:
         for init in graph.initializer:
             self.constants[init.name] = self._tensor_value(init, "initializer")
         self._initializer_names = frozenset(init.name for init in graph.initializer)
+        self._pin_inputs()
         self._read_inputs()
         nodes, origin = inline_local_functions(self.model, str(self.path))
         outs = [o.name for o in graph.output]
@@ -439,9 +455,10 @@ class _Importer:
         if order is None:
             raise self.fail("the graph has a cycle")
         names = self._op_names(nodes)
+        self._taken_names = set(names)
         for i in order:
+            self._origin_now = origin[i]
             self._import_node(nodes[i], names[i])
-        self.origin = {names[i]: origin[i] for i in order}
         outputs = [o.name for o in graph.output]
         for name in outputs:
             if name in self.constants:
@@ -584,13 +601,135 @@ class _Importer:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    _Importer(self.model, self.path, shapes, self.model_bytes).run()
+                    _Importer(self.model, self.path, shapes, self.model_bytes, pins=self.pins).run()
             except FusiontuneError:
                 continue
             return {
                 n: tuple(int(d) for d in s) for n, s in shapes.items() if n not in self.input_shapes
             }
         return None
+
+    def _pin_inputs(self) -> None:
+        """Pinned inputs become constants of their declared dtype and shape."""
+        declared = {v.name: v for v in self.model.graph.input if v.name not in self.constants}
+        for name, given in self.pins.items():
+            if name not in declared:
+                from fusiontune.errors import closest
+
+                kind = "a constant (initializer)" if name in self.constants else "not a graph input"
+                raise self.fail(
+                    f"input_values pins '{name}', which is {kind}{closest(name, list(declared))}; "
+                    f"graph inputs: {', '.join(declared)}"
+                )
+            if name in self.input_shapes:
+                raise self.fail(f"input '{name}' is given both a shape and a pinned value")
+            self.constants[name] = self._pinned_value(declared[name], given)
+
+    def _pinned_value(self, value: onnx.ValueInfoProto, given: Any) -> np.ndarray:
+        name, ttype = value.name, value.type.tensor_type
+        dtype = np.dtype(_np_dtype_name(ttype.elem_type))
+        raw = np.asarray(given)
+        if raw.dtype.kind not in "biuf":
+            raise self.fail(f"input_values pins '{name}' to {given!r}, which is not numeric")
+        array = raw.astype(dtype)
+        if not np.array_equal(array.astype(np.float64), raw.astype(np.float64)):
+            raise self.fail(
+                f"input_values pins '{name}' to {raw.tolist()}, which {dtype} cannot hold exactly"
+            )
+        dims = list(ttype.shape.dim) if ttype.HasField("shape") else None
+        if dims is not None and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            shape = tuple(int(d.dim_value) for d in dims)
+            if array.size != int(np.prod(shape)):
+                raise self.fail(
+                    f"input_values pins '{name}' to {array.size} value(s); the model declares "
+                    f"it {shape} ({int(np.prod(shape))} value(s))"
+                )
+            return _read_only(array.reshape(shape))
+        if dims is not None and len(dims) != array.ndim:
+            raise self.fail(
+                f"input_values pins '{name}' to a value of rank {array.ndim} {array.shape}; the "
+                f"model declares rank {len(dims)}"
+            )
+        return _read_only(array)
+
+    def _take_branch(self, node: onnx.NodeProto, name: str) -> None:
+        """An ``If`` whose condition is a constant becomes the branch it takes (its nodes
+        imported in place, its outputs named as the If's); any other ``If`` is refused."""
+        cond = node.input[0] if node.input else ""
+        if cond not in self.constants:
+            raise self.fail(self._runtime_condition(name, cond))
+        value = np.asarray(self.constants[cond])
+        if value.size != 1:
+            raise self.fail(f"op '{name}' (If): condition '{cond}' has {value.size} elements")
+        key = "then_branch" if bool(value.reshape(-1)[0]) else "else_branch"
+        branch = next((a.g for a in node.attribute if a.name == key), None)
+        if branch is None:
+            raise self.fail(f"op '{name}' (If) has no {key}")
+        if branch.sparse_initializer:
+            raise self.fail(f"op '{name}' (If): sparse initializers are not supported")
+        for init in branch.initializer:
+            self.constants[init.name] = self._tensor_value(init, "initializer")
+        produced = {out for n in branch.node for out in n.output if out}
+        rename: dict[str, str] = {}
+        aliases: list[tuple[str, str]] = []
+        for if_out, br_out in zip(node.output, [o.name for o in branch.output]):
+            if not if_out:
+                continue
+            if br_out in produced and br_out not in rename:
+                rename[br_out] = if_out
+            else:
+                aliases.append((if_out, br_out))
+        nodes = [_renamed(n, rename) for n in branch.node]
+        order = _topological(nodes)
+        if order is None:
+            raise self.fail(f"op '{name}' (If): its {key} has a cycle")
+        for i in order:
+            self._import_node(nodes[i], self._branch_op_name(nodes[i], name, i))
+        for if_out, br_out in aliases:
+            source = rename.get(br_out, br_out)
+            if source in self.constants:
+                self.constants[if_out] = self.constants[source]
+            else:
+                identity = onnx.helper.make_node("Identity", [source], [if_out])
+                self._import_node(identity, self._branch_op_name(identity, name, len(nodes)))
+
+    def _branch_op_name(self, node: onnx.NodeProto, if_name: str, index: int) -> str:
+        """The node's own name, or ``<If>/<OpType>_<index>``, made unique among all ops."""
+        name = node.name or f"{if_name}/{node.op_type}_{index}"
+        while name in self._taken_names:
+            name += "_"
+        self._taken_names.add(name)
+        return name
+
+    def _runtime_condition(self, name: str, cond: str) -> str:
+        """Why an If cannot be taken at import: the graph inputs its condition depends on."""
+        producer = {out: op for op in self.ops for out in op.outputs if out}
+        seen: set[str] = set()
+        todo = [cond]
+        found: list[str] = []
+        while todo:
+            t = todo.pop()
+            if t in seen or not t:
+                continue
+            seen.add(t)
+            if t in self.inputs:
+                found.append(t)
+            elif t in producer:
+                todo.extend(producer[t].inputs)
+        if not found:
+            return (
+                f"op '{name}' (If): its condition '{cond}' is known only at run time; "
+                "fusiontune needs one static graph"
+            )
+        listed = ", ".join(f"'{t}'" for t in sorted(found))
+        pins = ", ".join(f"'{t}': ..." for t in sorted(found))
+        cli = " ".join(f"--pin {t}=VALUE" for t in sorted(found))
+        return (
+            f"op '{name}' (If): its condition '{cond}' depends on graph input {listed}, known "
+            f"only at run time; fusiontune needs one static graph: pin the input to the value "
+            f"you deploy with (input_values={{{pins}}} in Python, {cli} on the CLI) and the If "
+            "becomes the branch it takes"
+        )
 
     # ---- nodes --------------------------------------------------------------------------
     @staticmethod
@@ -627,6 +766,9 @@ class _Importer:
         op_type = node.op_type
         if op_type == "Sum" and not domain and len(node.input) == 2:
             op_type = "Add"  # same semantics; a two-input Sum is a residual Add (BINARY)
+        if op_type == "If" and not domain:
+            self._take_branch(node, name)
+            return
         op = Op(name, op_type, tuple(node.input), tuple(node.output), attrs, domain=domain)
         if not domain and self._fold(node, op):
             return
@@ -642,6 +784,7 @@ class _Importer:
                 limits.check_shape(out, shape, str(self.path))
                 self.tensors[out] = Tensor(out, shape, dtype)
         self.ops.append(op)
+        self.origin[name] = self._origin_now
 
     def _constant_tensor(self, name: str) -> None:
         if name not in self.tensors:
@@ -786,6 +929,30 @@ class _Importer:
             except Exception:
                 self._model_shapes = {}
         return self._model_shapes
+
+
+def _renamed(node: onnx.NodeProto, rename: Mapping[str, str]) -> onnx.NodeProto:
+    """A copy of ``node`` with value names mapped by ``rename`` (in its inputs and outputs,
+    and in the nodes and outputs of its subgraphs, which may read outer values)."""
+    if not rename:
+        return node
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    _rename_in(out, rename)
+    return out
+
+
+def _rename_in(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
+    for k, t in enumerate(node.input):
+        node.input[k] = rename.get(t, t)
+    for k, t in enumerate(node.output):
+        node.output[k] = rename.get(t, t)
+    for a in node.attribute:
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            for inner in g.node:
+                _rename_in(inner, rename)
+            for value in g.output:
+                value.name = rename.get(value.name, value.name)
 
 
 def _value_shapes(graph: onnx.GraphProto) -> dict[str, tuple[tuple[int, ...] | None, int]]:

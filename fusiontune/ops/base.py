@@ -271,6 +271,8 @@ class OpDef:
         attention_role: what the op can be in an attention chain (:class:`AttentionRole`);
             the attention pattern (P5) is recognised from these roles, ``activation_matmul``
             and ``permutation`` only.
+        barrier: why every op of this OPAQUE type is a barrier to fusion, for ``explain``
+            (LSTM: a recurrent op); ``None``: the generic reason.
     """
 
     op_type: str
@@ -312,6 +314,7 @@ class OpDef:
     permutation: Callable[[Op, int], Shape] | None = None
     fold_elements: FoldFn | None = None
     attention_role: AttentionRole | None = None
+    barrier: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))

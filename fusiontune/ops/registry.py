@@ -25,6 +25,7 @@ from fusiontune.ops import (
     norm,
     pointwise,
     quant,
+    recurrent,
     resize,
     window,
 )
@@ -52,7 +53,19 @@ from fusiontune.ops.base import (
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op, Tensor
 
-FAMILIES = (pointwise, window, linear, norm, layout, resize, misc, indexing, quant, attention)
+FAMILIES = (
+    pointwise,
+    window,
+    linear,
+    norm,
+    layout,
+    resize,
+    misc,
+    indexing,
+    quant,
+    attention,
+    recurrent,
+)
 
 
 def _register() -> None:
@@ -93,6 +106,11 @@ def unsupported_reason(graph: Graph, op: Op) -> str | None:
     if d.unsupported is None or d.classify(op, graph.is_constant) is OpClass.OPAQUE:
         return None
     return d.unsupported(op, graph.tensors)
+
+
+def barrier_reason(op: Op) -> str | None:
+    """Why every op of ``op``'s type is OPAQUE, where its OpDef says (``None``: not said)."""
+    return def_of(op).barrier
 
 
 def row_spans(graph: Graph, op: Op) -> RowSpans | None:

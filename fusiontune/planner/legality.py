@@ -159,7 +159,12 @@ def rule_opaque_alone(view: GroupView, mode: Mode) -> Refusal | None:
     for i in view.members:
         if view.ix.classes[i] is OpClass.OPAQUE:
             reason = registry.unsupported_reason(view.ix.graph, view.op(i))
-            why = f"unsupported {reason}" if reason else "no constant weight or unknown semantics"
+            barrier = registry.barrier_reason(view.op(i))
+            why = (
+                f"unsupported {reason}"
+                if reason
+                else barrier or "no constant weight or unknown semantics"
+            )
             return Refusal(
                 RULE_OPAQUE,
                 "opaque",

@@ -103,6 +103,7 @@ def search(
     on_start: Callable[[int], None] | None = None,
     eval_timeout_s: float | None = DEFAULT_EVAL_TIMEOUT_S,
     checkpoint_s: float = FLUSH_INTERVAL_S,
+    model_bits: bool = False,
 ) -> SearchResult:
     """Search fusion plans (and hardware knobs) for a model.
 
@@ -135,6 +136,8 @@ def search(
         eval_timeout_s: per-plan evaluation limit; a plan past it fails (``None``: no limit).
         checkpoint_s: finished trials are stored and ``trials.parquet`` rewritten (atomically)
             at most this often, so a killed run loses at most this much work.
+        model_bits: price a quantized model at its own bit widths (``at_model_bits`` on the
+            base hardware, before any knob); the preset's widths otherwise.
 
     Raises:
         SearchInterrupted: on Ctrl-C, after storing the finished trials.
@@ -159,6 +162,10 @@ def search(
         spc, objective=objective, sampler=sampler, trials=trials, hardware=hardware
     )
     hw = load_hardware(spc.hardware)
+    if model_bits:  # a quantized model priced at its own widths (sim/model_bits.py)
+        from fusiontune.sim.model_bits import at_model_bits
+
+        hw = at_model_bits(graph, hw)
     problem = Problem.build(graph, spc, hw)
     name = study if study is not None else default_study_name(graph.name)
     out_dir = Path(out) / name

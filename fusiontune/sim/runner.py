@@ -306,6 +306,7 @@ class GroupRunner:
         slot = self.slots[tensor]
         if slot.hi >= hi:
             return
+        assert hi <= slot.height, f"{tensor}: rows up to {hi} asked of {slot.height}"
         if slot.external:
             self._fetch(slot, hi)
             return

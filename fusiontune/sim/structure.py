@@ -335,12 +335,20 @@ def _absorb_epilogue(graph: Graph, inside: set[str], node: Node) -> Node:
             nxt is None
             or nxt.op_class not in _EPILOGUE_CLASSES
             or graph.activation_inputs(nxt) != (out,)
-            or row_map(graph, nxt).kind is not RowKind.POINT
+            or not _row_aligned(graph, nxt, out)
         ):
             break
         epilogue.append(nxt)
         out = nxt.outputs[0]
     return replace(node, outputs=(out,), banded=True, epilogue=tuple(epilogue))
+
+
+def _row_aligned(graph: Graph, op: Op, tensor: str) -> bool:
+    """``op`` maps rows one to one and reads ``tensor`` by rows: an epilogue keeps its
+    producer's bands (an op that broadcasts ``tensor`` along the row axis, a (1, 1, C) scale
+    times a (1, R, 1) constant, makes R rows of each one and cannot be its epilogue)."""
+    rm = row_map(graph, op)
+    return rm.kind is RowKind.POINT and rm.streamed[op.inputs.index(tensor)]
 
 
 # ---- row maps of nodes -------------------------------------------------------------------
