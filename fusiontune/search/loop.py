@@ -97,7 +97,7 @@ def run_trials(
                         waiting[key] = [(trial, plan, hw)]
                         by_trial[number] = key
                         solve = problem.solve_spec if plan is None else None
-                        batch.append(EvalTask(number, plan, hw, solve))
+                        batch.append(EvalTask(number, plan, hw, solve, problem.replication))
                 if batch:
                     backend.submit(batch)
             outcomes = backend.wait()
