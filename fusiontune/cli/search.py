@@ -532,7 +532,7 @@ def _chip_lines(summary: dict[str, Any]) -> list[str]:
         f"  on {chip.get('hardware')} ({chip.get('cores')} cores), replication "
         f"{chip.get('replication')}, batch pipeline:",
         f"  {'':<18}{'DRAM bytes':>14}{'NoC byte-hops':>16}{'energy pJ (+ NoC)':>24}"
-        f"{'images/s':>12}",
+        f"{'images/s':>16}",
     ]
     for name, label in CHIP_LABELS.items():
         row = rows.get(name)
@@ -540,19 +540,21 @@ def _chip_lines(summary: dict[str, Any]) -> list[str]:
             continue
         if name == "best":
             label = f"best (trial {row['trial']})"
+        elif name == "oracle":
+            label = f"{summary.get('oracle_objective', 'exact')} optimum"
         energy = row.get("energy_pj")
         noc = row.get("noc_energy_pj") or 0.0
         energy_text = "-" if energy is None else f"{energy:.4g} + {noc:.3g}"
         lines.append(
             f"  {label + ':':<18}{_count(row.get('traffic_bytes')):>14}"
             f"{_count(row.get('noc_byte_hops')):>16}{energy_text:>24}"
-            f"{_count(row.get('images_per_s')):>12}"
+            f"{_count(row.get('images_per_s')):>16}"
         )
     bounds = chip.get("bounds") or {}
     tp = bounds.get("throughput") or {}
     ips = _count(tp.get("images_per_s")) if tp.get("proven") else "-"
     lines.append(
-        f"  {'bound:':<18}{_count(bounds.get('traffic_bytes')):>14}{'-':>16}{'-':>24}{ips:>12}"
+        f"  {'bound:':<18}{_count(bounds.get('traffic_bytes')):>14}{'-':>16}{'-':>24}{ips:>16}"
         + ("" if tp.get("proven") else f"  (images/s: {tp.get('reason', 'none')})")
     )
     moved = summary.get("search_moved") or {}

@@ -81,12 +81,12 @@ DEFAULT_SPACE_YAML = presets.default_space_yaml()
 _TOP_KEYS = (
     "hardware",
     "objective",
-    "replication",
     "sampler",
     "trials",
     "max_group_size",
     "knobs",
     "constraints",
+    "replication",
 )
 _KNOB_KEYS = ("low", "high", "step", "log", "choices")
 
