@@ -9,7 +9,6 @@ enough that its stages span many cores (NoC byte-hops > 0) and replicate (copies
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +98,21 @@ def test_simulate_replicated_places_the_copies(graph: Any) -> None:
     assert metrics.movement_bytes == pytest.approx(
         metrics.traffic_bytes + placed.noc_byte_hops * ratio
     )
-    # the images/s of each strategy: exact is the most, none the least
-    ips = {s: simulate_replicated(graph, plan, hw, s)[1].images_per_s for s in STRATEGIES}
-    assert ips["exact"] >= max(ips["balance"], ips["uniform"]) >= ips["none"] > 0
+    # the slowest stage of each strategy: exact is the least (proven), none the most
+    slowest = {
+        s: simulate_replicated(graph, plan, hw, s)[1].replication.bottleneck_cycles
+        for s in STRATEGIES
+    }
+    assert slowest["exact"] <= min(slowest["balance"], slowest["uniform"]) <= slowest["none"]
+    # the batch pipeline waits for the slowest stage, DRAM and the busiest core's port
+    for pg in placed.groups:  # every transfer leaves one core's port and enters another's
+        assert sum(pg.core_sent_bytes.values()) == pg.noc_bytes
+        assert sum(pg.core_received_bytes.values()) == pg.noc_bytes
+    assert sum(placed.core_port_bytes) >= placed.noc_bytes
+    assert tp.port_cycles == max(placed.core_port_bytes) / hw.noc_link_bytes_per_cycle > 0
+    stage = tp.replication.bottleneck_cycles
+    assert tp.pipeline_cycles == max(stage, tp.dram_cycles, tp.port_cycles)
     assert tp.images_per_s == pytest.approx(1e9 * hw.clock_ghz / tp.pipeline_cycles)
-    assert tp.pipeline_cycles == max(tp.replication.bottleneck_cycles, tp.dram_cycles)
 
 
 def test_one_core_and_loaded_weights_reduce_to_the_old_model(graph: Any) -> None:
@@ -184,13 +193,22 @@ def test_summary_headline_is_consistent_with_simulate(
     for row in rows.values():
         assert row["traffic_bytes"] >= bounds["traffic_bytes"]
         assert row["images_per_s"] <= bounds["throughput"]["images_per_s"] * (1 + 1e-12)
-    # resnet18 has no merge candidates: every plan has the bound's stages, so trial 0 cannot
-    # be beaten and the summary says so with the numbers
-    moved = summary["search_moved"]
-    assert moved["moved"] is False and summary["best"]["trial"] == 0
-    assert moved["best_over_trial_0"] == [1.0]
-    assert "trial 0 equals the proven bound" in moved["reason"]
-    assert f"{bounds['throughput']['pipeline_cycles']:.6g} cycles per image" in moved["reason"]
+    for row in rows.values():  # no plan's pipeline beats the bound of its stages and DRAM
+        assert row["pipeline_cycles"] >= bounds["throughput"]["pipeline_cycles"]
+    _check_moved(summary)
+
+
+def _check_moved(summary: dict[str, Any]) -> None:
+    """``search_moved``: the best trial improves on trial 0 (ratio < 1, another plan), or the
+    summary gives the measured reason."""
+    moved, rows = summary["search_moved"], summary["chip"]["rows"]
+    assert moved["moved"] == (summary["best"]["trial"] != 0)
+    if moved["moved"]:
+        assert moved["best_over_trial_0"][0] < 1.0
+        assert rows["best"]["trial"] != 0 and rows["best"] != rows["trial_0"]
+    else:
+        assert moved["best_over_trial_0"] == [1.0] and "trial_0" not in rows
+        assert moved["reason"]
 
 
 def test_cli_summary_prints_the_headline(throughput_run: SearchResult) -> None:
@@ -208,7 +226,12 @@ def test_cli_summary_prints_the_headline(throughput_run: SearchResult) -> None:
     assert f"{best['images_per_s']:,.0f}" in line
     unfused = next(line for line in table if line.strip().startswith("unfused:"))
     assert f"{summary['chip']['rows']['unfused']['traffic_bytes']:,}" in unfused
-    assert "search did not move from trial 0: trial 0 equals the proven bound" in text
+    moved = summary["search_moved"]
+    if moved["moved"]:
+        ratio = moved["best_over_trial_0"][0]
+        assert f"search moved: best / trial 0 = {ratio:.4f}" in text
+    else:
+        assert f"search did not move from trial 0: {moved['reason']}" in text
 
 
 def test_search_on_ray_moves_or_says_why(tmp_path: Path, ray_local: None) -> None:
@@ -217,13 +240,8 @@ def test_search_on_ray_moves_or_says_why(tmp_path: Path, ray_local: None) -> Non
     result = search(MODEL, input_size=SIZE, hardware=CHIP, objective="edp", trials=30,
                     workers=2, backend="ray", out=tmp_path, study="edp")  # fmt: skip
     summary = json.loads((result.out_dir / SUMMARY_FILE).read_text())
-    moved, rows = summary["search_moved"], summary["chip"]["rows"]
-    trial_0 = result.trials[(result.trials["source"] == "search") & (result.trials["trial"] == 0)]
-    assert moved["moved"] == (summary["best"]["trial"] != 0)
-    if moved["moved"]:
-        assert moved["best_over_trial_0"][0] < 1.0
-        assert summary["best"]["values"][0] < trial_0["value_0"].iloc[0]
-        assert rows["best"] != rows["trial_0"]
-    else:
-        assert moved["reason"]
-    assert math.isclose(rows["best"]["images_per_s"], rows["greedy"]["images_per_s"])
+    _check_moved(summary)
+    if summary["search_moved"]["moved"]:
+        trials = result.trials[result.trials["source"] == "search"]
+        trial_0 = trials[trials["trial"] == 0]["value_0"].iloc[0]
+        assert summary["best"]["values"][0] < trial_0

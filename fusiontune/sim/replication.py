@@ -16,7 +16,8 @@ Strategies: :func:`exact_replication` (the least bottleneck, proven), and PIMCOM
 A search trial (``fusiontune.search.backends.evaluate_one``) replicates its plan by the search
 space's ``replication`` strategy (:func:`plan_replication`), places the copies (``simulate``
 with ``replication``) and records :meth:`PlanThroughput.as_dict`; throughput mode also waits
-for the plan's DRAM bytes at the DRAM bandwidth (:func:`throughput_of`).
+for the plan's DRAM bytes at the DRAM bandwidth and for the busiest core's network port
+(:func:`throughput_of`).
 """
 
 from __future__ import annotations
@@ -259,10 +260,13 @@ class PlanThroughput:
         stages: the plan's LINEAR stages (:func:`plan_stages`).
         replication: the copies chosen (``replication.strategy`` names the strategy).
         dram_cycles: clock cycles the plan's DRAM bytes per image take at the DRAM bandwidth.
-        pipeline_cycles: throughput mode, cycles per image: the slowest replicated stage or the
-            DRAM time per image, whichever is longer (weights resident); with weights loaded per
-            inference there is no batch pipeline across groups, so it is ``latency_cycles``
-            (and at least the DRAM time).
+        port_cycles: clock cycles the busiest core's network port needs per image (the larger
+            of the bytes it sends and receives, at ``noc_link_bytes_per_cycle``; 0 on one core).
+        pipeline_cycles: throughput mode, cycles per image: the slowest replicated stage, the
+            DRAM time or the busiest port's time, whichever is longest (weights resident); with
+            weights loaded per inference there is no batch pipeline across groups, so the
+            stages' part is ``latency_cycles``. Links between routers are not priced, so it is
+            a lower bound on the cycles per image.
         latency_cycles: latency mode with these copies (:func:`latency_cycles`).
         images_per_s: ``clock / pipeline_cycles``.
     """
@@ -270,6 +274,7 @@ class PlanThroughput:
     stages: tuple[Stage, ...]
     replication: Replication
     dram_cycles: float
+    port_cycles: float
     pipeline_cycles: float
     latency_cycles: float
     images_per_s: float
@@ -288,6 +293,7 @@ class PlanThroughput:
             "replication_proven": rep.proven,
             "stage_cycles": rep.bottleneck_cycles,
             "dram_cycles": self.dram_cycles,
+            "port_cycles": self.port_cycles,
             "pipeline_cycles": self.pipeline_cycles,
             "latency_cycles": self.latency_cycles,
             "images_per_s": self.images_per_s,
@@ -315,16 +321,22 @@ def plan_replication(stages: Sequence[Stage], hw: HardwareConfig, strategy: str)
 
 
 def throughput_of(
-    stages: Sequence[Stage], rep: Replication, hw: HardwareConfig, traffic_bytes: int
+    stages: Sequence[Stage],
+    rep: Replication,
+    hw: HardwareConfig,
+    traffic_bytes: int,
+    port_bytes: int = 0,
 ) -> PlanThroughput:
     """Both pipeline modes of ``stages`` with ``rep``'s copies; ``traffic_bytes``: the plan's
-    DRAM bytes per image (``simulate``'s ``traffic_bytes``), for the DRAM time."""
+    DRAM bytes per image (``simulate``'s ``traffic_bytes``), for the DRAM time; ``port_bytes``:
+    the busiest core port's bytes per image (``max(PlacedPlan.core_port_bytes)``)."""
     dram = traffic_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps
+    port = port_bytes / hw.noc_link_bytes_per_cycle
     latency = latency_cycles(stages, rep.copies)
     compute = rep.bottleneck_cycles if hw.weights_resident else latency
-    pipeline = max(compute, dram)
+    pipeline = max(compute, dram, port)
     ips = NS_PER_S * hw.clock_ghz / pipeline if pipeline > 0 else math.inf
-    return PlanThroughput(tuple(stages), rep, dram, pipeline, latency, ips)
+    return PlanThroughput(tuple(stages), rep, dram, port, pipeline, latency, ips)
 
 
 def plan_throughput(
@@ -347,8 +359,14 @@ def simulate_replicated(
     (:func:`plan_replication`), the copies placed on a many-core chip (``simulate`` with
     ``replication``; one core: plain ``simulate``), and both pipeline modes priced."""
     from fusiontune.sim.cost import simulate
+    from fusiontune.sim.placement import place_plan
 
     stages = plan_stages(graph, plan, hw)
     rep = plan_replication(stages, hw, strategy)
-    metrics = simulate(graph, plan, hw, rep.as_map(stages) if hw.cores > 1 else None)
-    return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes)
+    if hw.cores == 1:
+        metrics = simulate(graph, plan, hw)
+        return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes)
+    copies = rep.as_map(stages)
+    metrics = simulate(graph, plan, hw, copies)
+    ports = place_plan(graph, plan, hw, copies).core_port_bytes  # its groups are cached
+    return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes, max(ports, default=0))
