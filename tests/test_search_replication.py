@@ -245,3 +245,16 @@ def test_search_on_ray_moves_or_says_why(tmp_path: Path, ray_local: None) -> Non
         trials = result.trials[result.trials["source"] == "search"]
         trial_0 = trials[trials["trial"] == 0]["value_0"].iloc[0]
         assert summary["best"]["values"][0] < trial_0
+
+
+def test_cli_replication_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fusiontune.cli.main import main
+
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", str(tmp_path)]
+    assert main([*argv, "--replication", "exat"]) == 2
+    err = capsys.readouterr().err
+    assert "--replication: replication 'exat' is not allowed" in err and "'exact'" in err
+    assert main([*argv, "--replication", "none", "--hw", CHIP]) == 0
+    trials = read_parquet(tmp_path / "mlp_relu" / TRIALS_FILE)
+    assert (trials["replication"] == "none").all() and (trials["replication_copies"] > 0).all()
+    assert "replication none" in capsys.readouterr().out

@@ -510,6 +510,10 @@ def _count(value: Any) -> str:
     return f"{value:,.0f}"
 
 
+def _cores(n: Any) -> str:
+    return "1 core" if n == 1 else f"{n} cores"
+
+
 CHIP_LABELS = {
     "best": "best",
     "trial_0": "trial 0",
@@ -529,7 +533,7 @@ def _chip_lines(summary: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     lines = [
-        f"  on {chip.get('hardware')} ({chip.get('cores')} cores), replication "
+        f"  on {chip.get('hardware')} ({_cores(chip.get('cores'))}), replication "
         f"{chip.get('replication')}, batch pipeline:",
         f"  {'':<18}{'DRAM bytes':>14}{'NoC byte-hops':>16}{'energy pJ (+ NoC)':>24}"
         f"{'images/s':>16}",
