@@ -82,6 +82,8 @@ _EXPORTS: dict[str, str] = {
     "exact_replication": "fusiontune.sim.replication",
     "balance_replication": "fusiontune.sim.replication",
     "uniform_replication": "fusiontune.sim.replication",
+    "simulate_replicated": "fusiontune.sim.replication",
+    "plan_throughput": "fusiontune.sim.replication",
     # search
     "optimal_plan": "fusiontune.search.optimize",
     "OptimalPlan": "fusiontune.search.optimize",

@@ -120,8 +120,8 @@ def test_bilevel_serial_end_to_end(tmp_path: Path) -> None:
 def test_best_hardware_round_trips_and_reproduces_metrics(tmp_path: Path) -> None:
     from fusiontune.frontend.loader import load_model
     from fusiontune.planner.plan import Plan
-    from fusiontune.sim.cost import simulate
     from fusiontune.sim.hardware import load_hardware
+    from fusiontune.sim.replication import simulate_replicated
 
     result = _run(tmp_path / "a", trials=10)
     path = result.out_dir / BEST_HARDWARE_FILE
@@ -130,7 +130,8 @@ def test_best_hardware_round_trips_and_reproduces_metrics(tmp_path: Path) -> Non
     best = result.summary["best"]
     assert hw.hash == best["hardware"]["hw_hash"]
     plan = Plan.from_json((result.out_dir / "best_plan.json").read_text(), load_model(MODEL))
-    metrics = simulate(load_model(MODEL), plan, hw).as_dict()
+    # a trial's metrics: its plan with the search's replication (exact), placed on the chip
+    metrics = simulate_replicated(load_model(MODEL), plan, hw)[0].as_dict()
     row = result.trials[
         (result.trials["source"] == "search") & (result.trials["trial"] == best["trial"])
     ].iloc[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -70,7 +71,14 @@ def register(sub: Any) -> None:
         help="local | local-tpe | tpe | random | nsga2 | bruteforce (default: the space's, local)",
     )
     p.add_argument(
-        "--objective", help="traffic | energy | cycles | edp | multi (default: from the space)"
+        "--objective",
+        help="traffic | energy | cycles | edp | movement | throughput | multi "
+        "(default: from the space)",
+    )
+    p.add_argument(
+        "--replication",
+        help="weight copies of each trial's plan on a many-core chip: exact | balance | "
+        "uniform | none (default: the space's, exact)",
     )
     p.add_argument(
         "--seed", type=int_in_range(0, MAX_SEED), default=0, help="sampler seed (default 0)"
@@ -151,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         sampler=args.sampler,
         trials=args.trials,
         hardware=args.hardware,
+        replication=args.replication,
     )
     from fusiontune.search.problem import objective_metrics
 
@@ -259,6 +268,7 @@ OBJECTIVE_UNITS = {
     "cycles": ("cycles",),
     "edp": ("pJ x cycles",),
     "movement": ("B",),
+    "throughput": ("cycles/image",),
     "multi": ("B", "pJ", "cycles"),
 }
 """Unit of each objective value, by objective (``multi``: traffic, energy, cycles)."""
@@ -266,6 +276,7 @@ OBJECTIVE_UNITS = {
 METRIC_UNITS = {
     "traffic_bytes": "B",
     "movement_bytes": "B",
+    "pipeline_cycles": "cycles/image",
     "energy_pj": "pJ",
     "cycles": "cycles",
     "area_mm2": "mm2",
@@ -460,6 +471,7 @@ def format_summary(summary: dict[str, Any]) -> str:
                 f"  best / proven optimum at the best hardware ({at_best['oracle_objective']}): "
                 f"{at_best['best_over_optimum']:.4f}"
             )
+    lines += _chip_lines(summary)
     if "traffic_saved_vs_unfused" in summary:
         lines.append(
             f"  traffic saved vs unfused: {100 * summary['traffic_saved_vs_unfused']:.1f} %"
@@ -496,6 +508,73 @@ def format_summary(summary: dict[str, Any]) -> str:
     elif summary.get("storage"):
         lines.append(f"  study storage: {summary['storage']}")
     return "\n".join(lines)
+
+
+def _count(value: Any) -> str:
+    """A count with thousands separators, ``-`` when absent."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.0f}"
+
+
+def _cores(n: Any) -> str:
+    return "1 core" if n == 1 else f"{n} cores"
+
+
+CHIP_LABELS = {
+    "best": "best",
+    "trial_0": "trial 0",
+    "greedy": "greedy",
+    "unfused": "unfused",
+    "oracle": "exact optimum",
+}
+"""Labels of the headline rows (``summary.json`` ``chip.rows``)."""
+
+
+def _chip_lines(summary: dict[str, Any]) -> list[str]:
+    """The headline table: DRAM bytes, NoC byte-hops, energy (group model + network) and
+    images/s of the best trial, trial 0 and the baselines, the bounds, and whether the search
+    moved from trial 0 (or why not)."""
+    chip = summary.get("chip") or {}
+    rows = chip.get("rows") or {}
+    if not rows:
+        return []
+    lines = [
+        f"  on {chip.get('hardware')} ({_cores(chip.get('cores'))}), replication "
+        f"{chip.get('replication')}, batch pipeline:",
+        f"  {'':<18}{'DRAM bytes':>14}{'NoC byte-hops':>16}{'energy pJ (+ NoC)':>24}"
+        f"{'images/s':>16}",
+    ]
+    for name, label in CHIP_LABELS.items():
+        row = rows.get(name)
+        if row is None:
+            continue
+        if name == "best":
+            label = f"best (trial {row['trial']})"
+        elif name == "oracle":
+            label = f"{summary.get('oracle_objective', 'exact')} optimum"
+        energy = row.get("energy_pj")
+        noc = row.get("noc_energy_pj") or 0.0
+        energy_text = "-" if energy is None else f"{energy:.4g} + {noc:.3g}"
+        lines.append(
+            f"  {label + ':':<18}{_count(row.get('traffic_bytes')):>14}"
+            f"{_count(row.get('noc_byte_hops')):>16}{energy_text:>24}"
+            f"{_count(row.get('images_per_s')):>16}"
+        )
+    bounds = chip.get("bounds") or {}
+    tp = bounds.get("throughput") or {}
+    ips = _count(tp.get("images_per_s")) if tp.get("proven") else "-"
+    lines.append(
+        f"  {'bound:':<18}{_count(bounds.get('traffic_bytes')):>14}{'-':>16}{'-':>24}{ips:>16}"
+        + ("" if tp.get("proven") else f"  (images/s: {tp.get('reason', 'none')})")
+    )
+    moved = summary.get("search_moved") or {}
+    ratios = moved.get("best_over_trial_0")
+    if moved.get("moved") and ratios:
+        lines.append("  search moved: best / trial 0 = " + ", ".join(f"{r:.4f}" for r in ratios))
+    elif moved.get("reason"):
+        lines.append(f"  search did not move from trial 0: {moved['reason']}")
+    return lines
 
 
 BASELINE_ORDER = ("unfused", "tvm_like", "greedy", "exhaustive", "oracle")

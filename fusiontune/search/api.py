@@ -369,7 +369,9 @@ def _finish(
     else:
         summary_extra = {}
     groups_df = groups_table(graph, trials_df, name, groups, problem.config)
-    summary = build_summary(problem, ctx, best, base_records, oracle_info, out_dir, len(records))
+    summary = build_summary(
+        problem, ctx, best, base_records, oracle_info, out_dir, len(records), records
+    )
     if at_best is not None:
         summary["at_best_hardware"] = at_best
     summary.update(summary_extra)

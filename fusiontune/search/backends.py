@@ -78,12 +78,16 @@ class EvalTask:
         plan: the repaired, legal plan (``None`` with ``solve``).
         hw: hardware configuration.
         solve: solve the plan exactly for ``hw`` on the worker instead (bilevel co-design).
+        replication: replicate the plan's weights by this strategy
+            (:data:`fusiontune.sim.replication.STRATEGIES`) before placing and pricing it, and
+            record the throughput columns; ``None``: neither.
     """
 
     trial: int
     plan: Plan | None
     hw: HardwareConfig
     solve: SolveSpec | None = None
+    replication: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,9 @@ def _scalars(data: dict[str, Any]) -> dict[str, Any]:
 
 def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
     """Simulate one plan (the fast analytic path) and package the numbers; with
-    ``task.solve``, first solve the plan exactly for the task's hardware."""
+    ``task.solve``, first solve the plan exactly for the task's hardware; with
+    ``task.replication``, replicate its weights, place the copies (a many-core chip) and add
+    the throughput columns (``PlanThroughput.as_dict``)."""
     from fusiontune.sim.cost import simulate
 
     start = time.perf_counter()
@@ -141,8 +147,14 @@ def evaluate_one(graph: Graph, task: EvalTask) -> EvalOutcome:
     if task.solve is not None:
         plan, solver = solve_plan(graph, task.hw, task.solve)
     assert plan is not None, "an EvalTask names a plan or asks for one to be solved"
-    metrics = simulate(graph, plan, task.hw)
-    data = _scalars(metrics.as_dict())
+    if task.replication is None:
+        metrics = simulate(graph, plan, task.hw)
+        data = _scalars(metrics.as_dict())
+    else:
+        from fusiontune.sim.replication import simulate_replicated
+
+        metrics, throughput = simulate_replicated(graph, plan, task.hw, task.replication)
+        data = _scalars(metrics.as_dict()) | throughput.as_dict()
     groups = tuple(_scalars(g.as_dict()) for g in metrics.groups)
     return EvalOutcome(
         trial=task.trial,

@@ -33,7 +33,8 @@ AT_BEST_HW = "@best_hw"
 
 def evaluate_at(problem: Problem, plan: Plan, hw: HardwareConfig) -> TrialRecord:
     """A row for ``plan`` at ``hw``; an evaluation that raises is a failed row."""
-    outcome = evaluate_batch(problem.graph, [EvalTask(-1, plan, hw)])[0]
+    task = EvalTask(-1, plan, hw, replication=problem.replication)
+    outcome = evaluate_batch(problem.graph, [task])[0]
     return make_record(problem, -1, plan, hw, outcome)
 
 

@@ -97,7 +97,7 @@ def run_trials(
                         waiting[key] = [(trial, plan, hw)]
                         by_trial[number] = key
                         solve = problem.solve_spec if plan is None else None
-                        batch.append(EvalTask(number, plan, hw, solve))
+                        batch.append(EvalTask(number, plan, hw, solve, problem.replication))
                 if batch:
                     backend.submit(batch)
             outcomes = backend.wait()
@@ -181,10 +181,19 @@ def best_record(records: Sequence[TrialRecord], problem: Problem) -> TrialRecord
     """Best feasible completed record (lowest objective; for ``multi``: lowest first value on
     the Pareto front, which is the lowest overall); infeasible ones only if none is feasible.
     Ties go to the smaller chip (``area_mm2``: designs of equal cost differ in silicon), then
-    to the earlier trial."""
+    to the plan that moves the least data (``movement_bytes``, DRAM bytes on one core: many
+    plans share the images/s of a ``throughput`` search), then to the earlier trial."""
     done = [r for r in records if r.state == "COMPLETE"]
     if not done:
         return None
     feasible = [r for r in done if r.feasible and all(v <= 0 for v in r.constraints.values())]
     pool = feasible or done
-    return min(pool, key=lambda r: (r.values, r.metrics.get("area_mm2", 0.0), r.trial))
+    return min(
+        pool,
+        key=lambda r: (
+            r.values,
+            r.metrics.get("area_mm2", 0.0),
+            r.metrics.get("movement_bytes", r.metrics.get("traffic_bytes", 0)),
+            r.trial,
+        ),
+    )

@@ -144,6 +144,32 @@ def _hardware_summary(record: TrialRecord, problem: Problem) -> dict[str, Any]:
     }
 
 
+def _headline(
+    problem: Problem,
+    best: TrialRecord,
+    base: dict[str, TrialRecord],
+    oracle_info: dict[str, Any],
+    records: Sequence[TrialRecord],
+) -> dict[str, Any]:
+    """``chip`` (DRAM bytes, NoC byte-hops, energy, images/s of best, trial 0 and the
+    baselines, and the bounds) and ``search_moved`` (trial 0 vs best, or why not)."""
+    from fusiontune.search import headline
+
+    hw = problem.base_hw
+    trial_0 = next((r for r in records if r.trial == 0), None)
+    bounds = headline.chip_bounds(problem, hw, oracle_info.get("lower_bounds") or {})
+    chip = {
+        "hardware": hw.name,
+        "cores": hw.cores,
+        "replication": problem.replication,
+        "columns": list(headline.CHIP_COLUMNS),
+        "rows": headline.chip_rows(best, trial_0, base),
+        "bounds": bounds,
+    }
+    moved = headline.search_moved(problem, records, best, oracle_info, bounds) if records else {}
+    return {"chip": chip, "search_moved": moved}
+
+
 def build_summary(
     problem: Problem,
     ctx: res.RowContext,
@@ -152,8 +178,10 @@ def build_summary(
     oracle_info: dict[str, Any],
     out_dir: Path,
     n_trials: int,
+    records: Sequence[TrialRecord] = (),
 ) -> dict[str, Any]:
-    """Headline numbers written to summary.json and printed by the CLI."""
+    """Headline numbers written to summary.json and printed by the CLI; ``records``: the
+    study's trials (for trial 0 and ``search_moved``, :mod:`fusiontune.search.headline`)."""
     metric = "traffic_bytes"
     summary: dict[str, Any] = {
         "study": ctx.study,
@@ -189,6 +217,7 @@ def build_summary(
         },
     }
     summary.update(oracle_info)
+    summary.update(_headline(problem, best, base, oracle_info, records))
     unfused = base.get("unfused")
     if unfused is not None and unfused.metrics.get(metric):
         saved = 1.0 - float(best.metrics[metric]) / float(unfused.metrics[metric])

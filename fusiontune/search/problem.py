@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from fusiontune.errors import ConfigError
 from fusiontune.planner.plan import PlannerConfig
-from fusiontune.search.space import ADDITIVE_OBJECTIVES, OBJECTIVE_METRICS, Knob, SearchSpace
+from fusiontune.search.space import (
+    ADDITIVE_OBJECTIVES,
+    DEFAULT_REPLICATION,
+    OBJECTIVE_METRICS,
+    Knob,
+    SearchSpace,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -120,6 +126,11 @@ class Problem:
         return is_bilevel(self.space)
 
     @property
+    def replication(self) -> str:
+        """The replication strategy every trial's plan gets (``SearchSpace.replication``)."""
+        return self.space.replication
+
+    @property
     def plan_objective(self) -> str:
         """The additive objective the exact solver minimises for this problem."""
         objective = self.space.objective
@@ -163,6 +174,8 @@ class Problem:
         short = graph.structural_hash[:16]
         hw = self.base_hw
         space = {k: v for k, v in self.space.to_dict().items() if k in ("knobs", "constraints")}
+        if self.space.replication != DEFAULT_REPLICATION:  # hashed only when set: old studies
+            space["replication"] = self.space.replication  # keep their identity
         space_json = json.dumps(space, sort_keys=True, default=str)
         space_hash = hashlib.sha256(space_json.encode()).hexdigest()[:16]
         knobs = ", ".join(k.name for k in self.space.knobs) or "none"
@@ -180,7 +193,8 @@ class Problem:
             "hardware": hw.hash,
             "hardware_text": f"hardware {hw.name} ({hw.hash})",
             "space": space_hash,
-            "space_text": f"knobs {knobs} and constraints {caps} (space {space_hash})",
+            "space_text": f"knobs {knobs}, constraints {caps} and replication "
+            f"{self.space.replication} (space {space_hash})",
             "objective": self.space.objective,
             "objective_text": f"objective {self.space.objective}",
             "planner": json.dumps(planner, sort_keys=True, default=str),

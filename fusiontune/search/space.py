@@ -8,7 +8,8 @@ ships with the package so ``fusiontune search resnet18`` works with no file at a
 Format::
 
     hardware: null            # preset name or YAML path; null = the simulator's default preset
-    objective: traffic        # traffic | energy | cycles | edp | movement | multi
+    objective: traffic        # traffic | energy | cycles | edp | movement | throughput | multi
+    replication: exact        # exact | balance | uniform | none: weight copies of each trial
     sampler: local            # local | local-tpe | tpe | random | nsga2 | bruteforce
     trials: 300
     max_group_size: null      # optional cap on ops per group (null: none, the default)
@@ -30,9 +31,18 @@ from typing import Any
 from fusiontune import presets
 from fusiontune.errors import ConfigError, check_keys, closest
 
-OBJECTIVES = ("traffic", "energy", "cycles", "edp", "movement", "multi")
+OBJECTIVES = ("traffic", "energy", "cycles", "edp", "movement", "throughput", "multi")
 """Objective names; ``multi`` minimises traffic, energy and cycles together; ``movement`` the
-DRAM bytes plus the NoC byte-hops at their energy ratio (``movement_bytes``, docs/cores.md)."""
+DRAM bytes plus the NoC byte-hops at their energy ratio (``movement_bytes``, docs/cores.md);
+``throughput`` the cycles per image of the batch pipeline with the trial's replication
+(``pipeline_cycles``; images/s = clock / it)."""
+
+REPLICATIONS = ("exact", "balance", "uniform", "none")
+"""Replication strategies of a search (``fusiontune.sim.replication.STRATEGIES``): every trial's
+plan gets its weight copies by this strategy before it is placed and priced."""
+
+DEFAULT_REPLICATION = "exact"
+"""The proven least bottleneck for each plan (``sim/replication.DEFAULT_STRATEGY``)."""
 
 SAMPLERS = ("tpe", "random", "nsga2", "bruteforce", "local", "local-tpe")
 """Sampler names: Optuna's TPE, random, NSGA-II and brute force; ``local`` is the iterated
@@ -49,6 +59,7 @@ OBJECTIVE_METRICS: Mapping[str, tuple[str, ...]] = {
     "cycles": ("cycles",),
     "edp": ("energy_pj", "cycles"),  # product: energy-delay product (pJ x cycles)
     "movement": ("movement_bytes",),  # DRAM bytes + NoC byte-hops in DRAM-byte energy; not additive
+    "throughput": ("pipeline_cycles",),  # cycles per image, batch pipeline; not additive
     "multi": ("traffic_bytes", "energy_pj", "cycles"),
 }
 """Metrics fields each objective reads."""
@@ -75,6 +86,7 @@ _TOP_KEYS = (
     "max_group_size",
     "knobs",
     "constraints",
+    "replication",
 )
 _KNOB_KEYS = ("low", "high", "step", "log", "choices")
 
@@ -121,6 +133,7 @@ class SearchSpace:
     Attributes:
         hardware: preset name or path of a hardware YAML (``None``: the default preset).
         objective: one of :data:`OBJECTIVES`.
+        replication: one of :data:`REPLICATIONS` (weight copies of every trial's plan).
         sampler: one of :data:`SAMPLERS`.
         trials: trial budget.
         max_group_size: optional cap on the ops of one group (``None``: no cap).
@@ -131,6 +144,7 @@ class SearchSpace:
 
     hardware: str | None = None
     objective: str = "traffic"
+    replication: str = DEFAULT_REPLICATION
     sampler: str = DEFAULT_SAMPLER
     trials: int = DEFAULT_TRIALS
     max_group_size: int | None = DEFAULT_MAX_GROUP_SIZE
@@ -156,6 +170,7 @@ class SearchSpace:
         return {
             "hardware": self.hardware,
             "objective": self.objective,
+            "replication": self.replication,
             "sampler": self.sampler,
             "trials": self.trials,
             "max_group_size": self.max_group_size,
@@ -191,6 +206,7 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     if hardware is not None and not isinstance(hardware, str):
         raise ConfigError(f"{source}: hardware must be a preset name, a YAML path or null")
     objective = _choice(data, "objective", OBJECTIVES, "traffic", source)
+    replication = _choice(data, "replication", REPLICATIONS, DEFAULT_REPLICATION, source)
     sampler = _choice(data, "sampler", SAMPLERS, DEFAULT_SAMPLER, source)
     trials = _positive_int(data, "trials", DEFAULT_TRIALS, source)
     max_group_size = (
@@ -210,6 +226,7 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     space = SearchSpace(
         hardware=hardware,
         objective=objective,
+        replication=replication,
         sampler=sampler,
         trials=trials,
         max_group_size=max_group_size,
@@ -247,6 +264,7 @@ def with_overrides(
     sampler: str | None = None,
     trials: int | None = None,
     hardware: str | Path | None = None,
+    replication: str | None = None,
 ) -> SearchSpace:
     """The space with command-line overrides applied (validated like the file; ``hardware``
     is checked when it is loaded)."""
@@ -258,6 +276,10 @@ def with_overrides(
     if objective is not None:
         changes["objective"] = _choice(
             {"objective": objective}, "objective", OBJECTIVES, "", "--objective"
+        )
+    if replication is not None:
+        changes["replication"] = _choice(
+            {"replication": replication}, "replication", REPLICATIONS, "", "--replication"
         )
     if sampler is not None:
         changes["sampler"] = _choice({"sampler": sampler}, "sampler", SAMPLERS, "", "--sampler")

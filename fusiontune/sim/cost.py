@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -313,11 +314,20 @@ def _group_name(group: Group) -> str:
 
 
 # ---- plans --------------------------------------------------------------------------------
-def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metrics:
+def simulate(
+    graph: Graph,
+    plan: Plan,
+    hw: HardwareConfig | None = None,
+    replication: Mapping[str, int] | None = None,
+) -> Metrics:
     """Totals and per-group costs of ``plan`` on ``hw`` (default: the ISAAC-like chip).
 
     The plan is not checked for legality here (``check_plan`` does that); capacity
     violations are reported in ``violations`` and ``feasible``, never raised.
+    ``replication`` (copies per LINEAR op, :mod:`fusiontune.sim.replication`) places those
+    copies on a many-core chip: the network fields and per-core peaks are the replicated
+    placement's; the group model's fields (traffic, energy, cycles) do not depend on it, and
+    on one core it changes nothing.
     """
     hw = hw or default_hw()
     table = _cache_for(graph, hw)
@@ -346,7 +356,7 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
         crossbars = int(stack[:, crossbar_col].max())
     chip: dict[str, Any] = {"movement_bytes": float(values["traffic_bytes"])}
     if hw.cores > 1:
-        chip = _chip_fields(graph, plan, hw, values["traffic_bytes"], violations)
+        chip = _chip_fields(graph, plan, hw, values["traffic_bytes"], violations, replication)
     return Metrics(
         graph_name=graph.name,
         graph_hash=graph.structural_hash,
@@ -365,12 +375,17 @@ def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metr
 
 
 def _chip_fields(
-    graph: Graph, plan: Plan, hw: HardwareConfig, traffic_bytes: int, violations: list[str]
+    graph: Graph,
+    plan: Plan,
+    hw: HardwareConfig,
+    traffic_bytes: int,
+    violations: list[str],
+    replication: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The many-core fields of :class:`Metrics` (``docs/cores.md``); adds the placement's
     violations to ``violations``."""
 
-    placed = place_plan(graph, plan, hw)
+    placed = place_plan(graph, plan, hw, replication)
     violations.extend(v for v in placed.violations if not v.startswith("plan:"))
     ratio = hw.noc_pj_per_bit_hop / hw.dram_pj_per_bit if hw.dram_pj_per_bit else 0.0
     return {

@@ -137,6 +137,8 @@ class PlacedGroup:
         violations: why the group does not fit (empty when it does).
         tensor_cores: the cores holding each tensor's rows in the group (its readers' cores;
             the producer's for a tensor no op of the group reads).
+        core_sent_bytes: bytes each core sends on the network in the group (at its port).
+        core_received_bytes: bytes each core receives in the group.
     """
 
     ops: tuple[str, ...]
@@ -147,6 +149,8 @@ class PlacedGroup:
     core_buffer_bytes: Mapping[int, int]
     violations: tuple[str, ...]
     tensor_cores: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    core_sent_bytes: Mapping[int, int] = field(default_factory=dict)
+    core_received_bytes: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,10 @@ class PlacedPlan:
         core_crossbars_used: per core, crossbars the plan's weights occupy (resident weights;
             else the most any group occupies).
         violations: groups over a core's buffer, or more crossbars than the chip has.
+        core_port_bytes: per core, the larger of the bytes it sends and receives over all
+            groups (one image; a core's network port carries ``noc_link_bytes_per_cycle`` each
+            way, so the batch pipeline needs at least ``max / noc_link_bytes_per_cycle``
+            cycles per image).
     """
 
     groups: tuple[PlacedGroup, ...]
@@ -171,6 +179,7 @@ class PlacedPlan:
     core_peak_buffer_bytes: tuple[int, ...]
     core_crossbars_used: tuple[int, ...]
     violations: tuple[str, ...]
+    core_port_bytes: tuple[int, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -185,11 +194,15 @@ class _Flow:
         self.hw = hw
         self.bytes = 0
         self.byte_hops = 0
+        self.sent: dict[int, int] = {}
+        self.received: dict[int, int] = {}
 
     def send(self, src: int, dst: int, n_bytes: int) -> None:
         if src != dst and n_bytes:
             self.bytes += n_bytes
             self.byte_hops += n_bytes * hops(self.hw, src, dst)
+            self.sent[src] = self.sent.get(src, 0) + n_bytes
+            self.received[dst] = self.received.get(dst, 0) + n_bytes
 
 
 def _copy_vectors(vectors: int, copies: int) -> list[int]:
@@ -363,6 +376,8 @@ def _place_group(
         core_buffer_bytes=charge,
         violations=tuple(violations),
         tensor_cores=holders,
+        core_sent_bytes=flow.sent,
+        core_received_bytes=flow.received,
     )
 
 
@@ -490,6 +505,12 @@ def _place_plan(
                 )
     noc_bytes = sum(g.noc_bytes for g in placed)
     byte_hops = sum(g.noc_byte_hops for g in placed)
+    sent, received = [0] * hw.cores, [0] * hw.cores
+    for pg in placed:
+        for core, b in pg.core_sent_bytes.items():
+            sent[core] += b
+        for core, b in pg.core_received_bytes.items():
+            received[core] += b
     return PlacedPlan(
         groups=tuple(placed),
         noc_bytes=noc_bytes,
@@ -498,4 +519,5 @@ def _place_plan(
         core_peak_buffer_bytes=tuple(peaks),
         core_crossbars_used=tuple(used),
         violations=tuple(violations),
+        core_port_bytes=tuple(max(a, b) for a, b in zip(sent, received)),
     )

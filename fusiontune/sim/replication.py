@@ -12,6 +12,12 @@ takes ``c_i / r_i`` cycles on ``r_i x_i`` crossbars. Two pipeline modes:
 Strategies: :func:`exact_replication` (the least bottleneck, proven), and PIMCOMP-NN's
 ``balance`` and ``uniform`` (``backend/WeightReplication.cpp``) as baselines. Non-crossbar ops
 (digital units) are not stages here: their time overlaps the crossbars' in the pipeline.
+
+A search trial (``fusiontune.search.backends.evaluate_one``) replicates its plan by the search
+space's ``replication`` strategy (:func:`plan_replication`), places the copies (``simulate``
+with ``replication``) and records :meth:`PlanThroughput.as_dict`; throughput mode also waits
+for the plan's DRAM bytes at the DRAM bandwidth and for the busiest core's network port
+(:func:`throughput_of`).
 """
 
 from __future__ import annotations
@@ -20,18 +26,19 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fusiontune.ops.registry import kernel_shape
-from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import group_needs
 from fusiontune.sim.placement import matrix_crossbars
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
     from fusiontune.planner.plan import Plan
+    from fusiontune.sim.cost import Metrics
 
 NS_PER_S = 1e9
 BALANCE_MARGIN = 0.5
@@ -232,3 +239,134 @@ def latency_cycles(stages: Sequence[Stage], copies: Sequence[int]) -> float:
     for s, r in zip(stages, copies):
         slowest[s.group] = max(slowest.get(s.group, 0.0), s.cycles / r)
     return sum(slowest.values())
+
+
+# ---- a plan's throughput (what a search trial records) ---------------------------------------
+STRATEGIES = ("exact", "balance", "uniform", "none")
+"""Replication strategies a search applies to every trial's plan (``replication`` of the search
+space): the proven least bottleneck, PIMCOMP-NN's two, or one copy of every stage."""
+
+DEFAULT_STRATEGY = "exact"
+"""A search replicates with :func:`exact_replication`: for a given plan it is the most images/s
+any replication within the crossbars reaches, so sampling another strategy could only lose
+throughput (the others are baselines)."""
+
+
+@dataclass(frozen=True)
+class PlanThroughput:
+    """A plan with its weights replicated by one strategy, in both pipeline modes.
+
+    Attributes:
+        stages: the plan's LINEAR stages (:func:`plan_stages`).
+        replication: the copies chosen (``replication.strategy`` names the strategy).
+        dram_cycles: clock cycles the plan's DRAM bytes per image take at the DRAM bandwidth.
+        port_cycles: clock cycles the busiest core's network port needs per image (the larger
+            of the bytes it sends and receives, at ``noc_link_bytes_per_cycle``; 0 on one core).
+        pipeline_cycles: throughput mode, cycles per image: the slowest replicated stage, the
+            DRAM time or the busiest port's time, whichever is longest (weights resident); with
+            weights loaded per inference there is no batch pipeline across groups, so the
+            stages' part is ``latency_cycles``. Links between routers are not priced, so it is
+            a lower bound on the cycles per image.
+        latency_cycles: latency mode with these copies (:func:`latency_cycles`).
+        images_per_s: ``clock / pipeline_cycles``.
+    """
+
+    stages: tuple[Stage, ...]
+    replication: Replication
+    dram_cycles: float
+    port_cycles: float
+    pipeline_cycles: float
+    latency_cycles: float
+    images_per_s: float
+
+    def copies(self) -> dict[str, int]:
+        """Copies by LINEAR op name (``place_plan``'s and ``simulate``'s ``replication``)."""
+        return self.replication.as_map(self.stages)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The columns a search records (``trials`` table, ``docs/cores.md``)."""
+        rep = self.replication
+        return {
+            "replication": rep.strategy,
+            "replication_copies": sum(rep.copies),
+            "replication_crossbars": rep.crossbars,
+            "replication_proven": rep.proven,
+            "stage_cycles": rep.bottleneck_cycles,
+            "dram_cycles": self.dram_cycles,
+            "port_cycles": self.port_cycles,
+            "pipeline_cycles": self.pipeline_cycles,
+            "latency_cycles": self.latency_cycles,
+            "images_per_s": self.images_per_s,
+        }
+
+
+def replicate(stages: Sequence[Stage], budget: int, strategy: str) -> Replication:
+    """``stages`` replicated by ``strategy`` (one of :data:`STRATEGIES`) within ``budget``."""
+    if strategy == "exact":
+        return exact_replication(stages, budget)
+    if strategy == "balance":
+        return balance_replication(stages, budget)
+    if strategy == "uniform":
+        return uniform_replication(stages, budget)
+    if strategy == "none":
+        return no_replication(stages, budget)
+    raise ValueError(f"replication strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
+
+
+def plan_replication(stages: Sequence[Stage], hw: HardwareConfig, strategy: str) -> Replication:
+    """The copies a plan's ``stages`` get on ``hw``: ``strategy`` within the chip's crossbars
+    (``n_crossbars``) when weights are resident; with weights loaded per inference the groups
+    take turns on the crossbars and nothing is replicated (strategy ``none``)."""
+    return replicate(stages, hw.n_crossbars, strategy if hw.weights_resident else "none")
+
+
+def throughput_of(
+    stages: Sequence[Stage],
+    rep: Replication,
+    hw: HardwareConfig,
+    traffic_bytes: int,
+    port_bytes: int = 0,
+) -> PlanThroughput:
+    """Both pipeline modes of ``stages`` with ``rep``'s copies; ``traffic_bytes``: the plan's
+    DRAM bytes per image (``simulate``'s ``traffic_bytes``), for the DRAM time; ``port_bytes``:
+    the busiest core port's bytes per image (``max(PlacedPlan.core_port_bytes)``)."""
+    dram = traffic_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps
+    port = port_bytes / hw.noc_link_bytes_per_cycle
+    latency = latency_cycles(stages, rep.copies)
+    compute = rep.bottleneck_cycles if hw.weights_resident else latency
+    pipeline = max(compute, dram, port)
+    ips = NS_PER_S * hw.clock_ghz / pipeline if pipeline > 0 else math.inf
+    return PlanThroughput(tuple(stages), rep, dram, port, pipeline, latency, ips)
+
+
+def plan_throughput(
+    graph: Graph,
+    plan: Plan,
+    hw: HardwareConfig,
+    strategy: str = DEFAULT_STRATEGY,
+    traffic_bytes: int = 0,
+) -> PlanThroughput:
+    """``plan`` replicated by ``strategy`` (:func:`plan_replication`), priced in both pipeline
+    modes (:func:`throughput_of`)."""
+    stages = plan_stages(graph, plan, hw)
+    return throughput_of(stages, plan_replication(stages, hw, strategy), hw, traffic_bytes)
+
+
+def simulate_replicated(
+    graph: Graph, plan: Plan, hw: HardwareConfig, strategy: str = DEFAULT_STRATEGY
+) -> tuple[Metrics, PlanThroughput]:
+    """What a search trial evaluates: ``plan``'s weights replicated by ``strategy``
+    (:func:`plan_replication`), the copies placed on a many-core chip (``simulate`` with
+    ``replication``; one core: plain ``simulate``), and both pipeline modes priced."""
+    from fusiontune.sim.cost import simulate
+    from fusiontune.sim.placement import place_plan
+
+    stages = plan_stages(graph, plan, hw)
+    rep = plan_replication(stages, hw, strategy)
+    if hw.cores == 1:
+        metrics = simulate(graph, plan, hw)
+        return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes)
+    copies = rep.as_map(stages)
+    metrics = simulate(graph, plan, hw, copies)
+    ports = place_plan(graph, plan, hw, copies).core_port_bytes  # its groups are cached
+    return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes, max(ports, default=0))
