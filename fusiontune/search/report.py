@@ -6,7 +6,9 @@ Plots (matplotlib, Agg backend, no display needed):
   co-design run: at the base hardware and at the best trial's, labelled so);
 - ``pareto.png``: traffic vs energy of all feasible trials with the Pareto front (``multi``);
   for a co-design ``multi`` (energy, cycles, area), energy vs area;
-- ``groups.png``: traffic per group of the best plan next to the unfused plan.
+- ``groups.png``: traffic per group of the best plan next to the unfused plan;
+- ``noc.png`` and a table of the network, replication and pipeline columns, on a many-core
+  chip only (:mod:`fusiontune.search.report_cores`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def write_report(directory: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    from fusiontune.search.report_cores import NOC_PLOT, plot_noc
     from fusiontune.search.results import load_results, write_text
 
     result = load_results(directory)
@@ -55,6 +58,7 @@ def write_report(directory: str | Path) -> Path:
         _plot_history(result, d / "history.png"),
         _plot_pareto(result, d / "pareto.png"),
         _plot_groups(result, d / "groups.png"),
+        plot_noc(result, d / NOC_PLOT),
     ]
     text = _markdown(result, [p for p in images if p is not None])
     write_text(text, d / REPORT_FILE)
@@ -180,6 +184,8 @@ def _plot_groups(result: SearchResult, path: Path) -> Path | None:
 
 
 def _markdown(result: SearchResult, images: list[Path]) -> str:
+    from fusiontune.search.report_cores import core_markdown
+
     s = result.summary
     search = result.trials[result.trials["source"] == "search"]
     lines = [
@@ -232,6 +238,7 @@ def _markdown(result: SearchResult, images: list[Path]) -> str:
                      f"{100 * s.get('oracle_gap', 0.0):.2f} %.")  # fmt: skip
     lines.append("")
     lines += _hardware_markdown(s)
+    lines += core_markdown(result, _num)
     lines += [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(lines) + "\n"
 
