@@ -6,7 +6,9 @@ Each subcommand lives in its own module under :mod:`fusiontune.cli` and exposes
 any other exception is a bug: one line, a hint to rerun with ``FUSIONTUNE_DEBUG=1`` for the
 traceback, exit 1. Ctrl-C exits 130 (a subcommand may print how to resume first); once
 it is caught, SIGINT is ignored for the rest of the process, which is ending: a second Ctrl-C
-cannot turn 130 into a traceback or a death by signal.
+cannot turn 130 into a traceback or a death by signal. Run as the program (``argv`` not
+given), every warning prints as one ``fusiontune: warning: ...`` line (:func:`_show_warning`);
+a caller passing ``argv`` (tests) keeps Python's warning machinery as it is.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        import warnings
+
+        warnings.showwarning = _show_warning
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
@@ -122,6 +128,23 @@ def _ignore_further_ctrl_c() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """A warning as one line: fusiontune's own (UserWarning) as its message, another
+    package's with its category and package."""
+    text = " ".join(str(message).split())
+    if not issubclass(category, UserWarning) or "fusiontune" not in filename:
+        package = os.path.basename(os.path.dirname(filename)) or filename
+        text = f"{category.__name__} from {package}: {text}"
+    print(f"fusiontune: warning: {text}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:
