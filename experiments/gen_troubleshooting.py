@@ -50,7 +50,9 @@ def _quote(arg: str) -> str:
 def run_case(module: ModuleType, case: object) -> tuple[str, str]:
     """(command as a user would type it, the message fusiontune printed)."""
     from fusiontune.cli.main import main
+    from fusiontune.limits import memory_limit, set_memory_limit
 
+    previous = memory_limit()  # a case's --memory-limit is process-wide: not for the next one
     with tempfile.TemporaryDirectory() as tmp:
         argv = module.materialise(case, Path(tmp))
         err = io.StringIO()
@@ -59,6 +61,7 @@ def run_case(module: ModuleType, case: object) -> tuple[str, str]:
         prefix = f"{tmp}/"
         message = err.getvalue().strip().replace(prefix, "").removeprefix(ERROR_PREFIX)
         command = " ".join(_quote(a.replace(prefix, "")) for a in ["fusiontune", *argv])
+    set_memory_limit(previous)
     if code != case.code:  # type: ignore[attr-defined]
         raise SystemExit(f"case {case.id}: exit {code}, expected {case.code}: {message}")  # type: ignore[attr-defined]
     return command, message

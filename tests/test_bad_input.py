@@ -8,6 +8,7 @@ exit and never a traceback.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -372,7 +373,7 @@ def _cases() -> list[Case]:
             "trials-zero",
             "a budget of zero trials",
             (*search[:3], *search[5:], "--trials", "0", "mlp_relu"),
-            "argument --trials: 0 is out of range; allowed >= 1",
+            "argument --trials: 0 is out of range; allowed 1 .. 9223372036854775807",
             "give at least one trial",
         ),
         Case(
@@ -428,11 +429,12 @@ def _cases() -> list[Case]:
         # ---- inputs that would exhaust the machine
         Case(
             "input-size-verify",
-            "input size whose execution needs terabytes",
-            ("simulate", "resnet18", "--input-size", "100000", "--verify"),
-            "verifying it (the reference run and the execution) needs 6.08 TiB of tensors, more "
-            "than the memory limit of 4 GiB (largest: 'stem.relu', 1x64x50000x50000",
-            "simulate without --verify (analytic, no tensors), or a smaller --input-size",
+            "input size whose execution needs more than the memory limit",
+            ("simulate", "resnet18", "--input-size", "1000", "--verify", "--memory-limit", "256MB"),
+            "verifying it (the reference run and the execution) needs 684 MiB of tensors, more "
+            "than the memory limit of 244 MiB (largest: 'stem.relu', 1x64x500x500",
+            "simulate without --verify (analytic, no tensors), a smaller --input-size, or raise "
+            "--memory-limit if the machine has the memory",
         ),
         Case(
             "onnx-huge-weight",
@@ -570,6 +572,16 @@ def materialise(case: Case, tmp: Path) -> list[str]:
         else:
             path.write_text(content)
     return [a.replace(TMP, str(tmp)) for a in case.argv]
+
+
+@pytest.fixture(autouse=True)
+def _keep_memory_limit() -> Iterator[None]:
+    """``--memory-limit`` sets a process-wide limit: restore it after each case."""
+    from fusiontune.limits import memory_limit, set_memory_limit
+
+    previous = memory_limit()
+    yield
+    set_memory_limit(previous)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -219,3 +219,208 @@ def test_torn_journal_repair_is_one_warning_line(tmp_path: Path) -> None:
     lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("search: ")]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith(f"fusiontune: warning: {journal}: dropped a torn final write (")
+
+
+# ---- --input-size and --batch: the tensors' estimate against the memory available --------------
+@pytest.fixture
+def one_gib_available(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The machine's available memory, fixed (the real one changes from run to run)."""
+    import fusiontune.limits
+
+    monkeypatch.setattr(fusiontune.limits, "available_memory_bytes", lambda: 1 << 30)
+    return 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("argv", "option", "value"),
+    [
+        (["simulate", "resnet18", "--input-size", "4000"], "--input-size", 4000),
+        (["show", "resnet18", "--batch", "4096"], "--batch", 4096),
+        (
+            ["search", "bert_encoder", "--input-size", "65536", "--trials", "2"],
+            "--input-size",
+            65536,
+        ),
+    ],
+    ids=["input-size", "batch", "search"],
+)
+def test_a_size_whose_tensors_exceed_the_memory_available_is_refused(
+    one_gib_available: int,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    option: str,
+    value: int,
+) -> None:
+    """resnet18 at 4000x4000 has 44.6 MiB of weights (under the memory limit) but its
+    activations need tens of GiB: analysed as it was, bert_encoder at 65536 took minutes of
+    replay before any output, at 2^20 it ran for hours."""
+    from fusiontune.frontend.zoo import tensor_bytes
+
+    if argv[0] == "search":
+        argv = [*argv, "--workers", "1", "--out", str(tmp_path / "o")]
+    line = _one_error(argv, capsys)
+    model = argv[1]
+    assert f"{option} {value} is too large for zoo model '{model}': its tensors would need" in line
+    assert "more than the 1 GiB of memory this machine has available" in line
+    match = __import__("re").search(rf"the largest {option} that fits is (\d+)", line)
+    assert match is not None, line
+    largest = int(match.group(1))
+    size, batch = (largest, 1) if option == "--input-size" else (224, largest)
+    fit = tensor_bytes(model, size, batch)
+    over = (
+        tensor_bytes(model, size + 1, batch)
+        if option == "--input-size"
+        else (tensor_bytes(model, size, batch + 1))
+    )
+    assert fit is not None and over is not None
+    assert fit[0] <= one_gib_available < over[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_sizes_that_fit_the_memory_available_still_run(
+    one_gib_available: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "resnet18", "--input-size", "448"]) == 0
+
+
+def test_a_causal_mask_of_a_huge_sequence_is_counted_not_allocated(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """llama_tiny at 2^20 tokens: its [seq, seq] causal mask (4 TiB) was allocated while the
+    weights were being counted (a MemoryError, an internal error)."""
+    line = _one_error(["simulate", "llama_tiny", "--input-size", "1048576"], capsys)
+    assert "--input-size 1048576 is too large for zoo model 'llama_tiny'" in line
+    assert "(largest: 'attn.causal_mask', 1048576x1048576, 4 TiB)" in line
+    assert "memory limit of 4 GiB" in line
+
+
+def test_input_size_on_an_onnx_file_names_the_option_to_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], [X4], [Y4])
+    line = _one_error(["show", path, "--input-size", "64"], capsys)
+    assert f"{path}: --input-size and --batch apply to zoo models only" in line
+    assert "--input-shape NAME=D,D,..." in line
+
+
+# ---- command-line values -------------------------------------------------------------------------
+def test_a_memory_limit_of_400_digits_is_a_number_not_a_crash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``float('1' + '0' * 400)`` is inf: int(inf) raised OverflowError, a traceback."""
+    assert main(["show", "mlp_relu", "--memory-limit", "1" + "0" * 400]) == 0
+
+
+def test_trials_beyond_the_storage_s_integers_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _one_error(
+        ["search", "mlp_relu", "--trials", "1" + "0" * 30, "--out", str(tmp_path)], capsys
+    )
+    assert (
+        "argument --trials: 1" + "0" * 30 + " is out of range; allowed 1 .. 9223372036854775807"
+        in line
+    )
+
+
+def test_no_command_says_so_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert "usage: fusiontune" in out
+    assert err.strip() == "fusiontune: error: give a command: " + ", ".join(
+        ["models", "show", "plans", "simulate", "search", "export", "report"]
+    )
+
+
+def test_ctrl_c_while_the_subcommand_is_imported_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C in the first second (``search`` imports Optuna and Ray) was a traceback."""
+    import fusiontune.cli.main as cli_main
+
+    def interrupted(only: str | None = None) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    monkeypatch.setattr(cli_main, "_ignore_further_ctrl_c", lambda: None)
+    assert cli_main.main(["search", "mlp_relu"]) == 130
+    assert capsys.readouterr().err == "fusiontune: interrupted\n"
+
+
+def test_a_journal_path_that_is_a_directory_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "d.log").mkdir()
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", str(tmp_path / "o")]
+    line = _one_error([*argv, "--storage", str(tmp_path / "d.log")], capsys)
+    assert f"journal file {tmp_path / 'd.log'} is a directory; give the path of a file" in line
+
+
+def test_plans_out_that_cannot_be_written_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file.txt").write_text("")
+    target = tmp_path / "file.txt" / "p.json"
+    line = _one_error(["plans", "mlp_relu", "--out", str(target)], capsys)
+    assert f"plans --out: cannot write '{target}': Not a directory" in line
+
+
+# ---- a file-size limit (ulimit -f) -------------------------------------------------------------
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+def test_a_file_size_limit_is_named_as_such_in_one_line(tmp_path: Path) -> None:
+    """Under ``ulimit -f`` the kernel refuses writes with EFBIG and SQLite reports a "disk I/O
+    error" followed by the SQL statement it ran; now one line naming the file and the limit."""
+    import resource
+    import signal
+
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    argv = ["search", "mlp_relu", "--workers", "1", "--trials", "2", "--out", "out"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fusiontune.cli.main", *argv],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        preexec_fn=limited,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if not ln.startswith("search: ")]
+    assert len(lines) == 1, done.stderr
+    assert "mlp_relu/study.db" in lines[0] and "[SQL" not in lines[0], lines[0]
+    assert "file-size limit" in lines[0], lines[0]
+
+
+# ---- the Ray reaper beyond Linux -----------------------------------------------------------------
+def test_reaper_skips_a_child_older_than_its_parent() -> None:
+    """Windows keeps an orphan's parent pid; once that pid is reused by a Ray process of ours,
+    the orphan looks like its child. A child older than its parent is not one."""
+    from fusiontune.search.ray_reaper import descendants
+
+    table = {(100, 50.0): 1, (200, 60.0): 100, (300, 10.0): 100, (400, 70.0): 300}
+    assert descendants({100}, table) == {(200, 60.0)}
+
+
+def test_reaper_starts_in_its_own_process_group_on_windows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C at a Windows console goes to the console's process group: the reaper takes a
+    group of its own there (a session of its own elsewhere), so it outlives the Ctrl-C."""
+    from fusiontune.search import ray_reaper
+
+    seen: list[dict[str, object]] = []
+
+    class FakePopen:
+        def __init__(self, argv: list[str], **kwargs: object) -> None:
+            seen.append(kwargs)
+
+    monkeypatch.setattr(ray_reaper.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(ray_reaper.subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200, raising=False)
+    for platform in ("win32", "darwin", "linux"):
+        monkeypatch.setattr(ray_reaper.sys, "platform", platform)
+        ray_reaper.Reaper().start()
+    assert seen[0].get("creationflags") == 0x200 and "start_new_session" not in seen[0]
+    assert seen[1].get("start_new_session") is True and seen[2].get("start_new_session") is True

@@ -81,7 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         import warnings
 
         warnings.showwarning = _show_warning
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # before a subcommand ran: importing it, parsing the options
+        _ignore_further_ctrl_c()
+        print("fusiontune: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
@@ -92,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
+        print(f"fusiontune: error: give a command: {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USER_ERROR
     args.argv = argv  # the command line as given (``search`` prints it to resume)
     try:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
+    MAX_TRIALS,
     add_memory_limit_argument,
     apply_memory_limit,
+    check_zoo_tensors,
     input_size_error,
     int_in_range,
-    positive_int,
 )
 from fusiontune.errors import InputSizeError
 from fusiontune.search.api import MAX_SEED
@@ -46,7 +47,9 @@ def register(sub: Any) -> None:
     p.add_argument("model", help="zoo model name or ONNX file")
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
     p.add_argument(
-        "--trials", type=positive_int, help="trial budget (default: from the space, 300)"
+        "--trials",
+        type=int_in_range(1, MAX_TRIALS),
+        help="trial budget (default: from the space, 300)",
     )
     p.add_argument(
         "--workers",
@@ -160,6 +163,10 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
     from fusiontune.search.api import SearchInterrupted, search
 
     model: Any = args.model
+    try:
+        check_zoo_tensors(args.model, args.input_size, None)
+    except InputSizeError as exc:
+        raise input_size_error(exc) from None
     input_size, shapes = (
         args.input_size,
         (parse_input_shapes(args.input_shape) if args.input_shape else None),
