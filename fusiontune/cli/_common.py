@@ -32,8 +32,11 @@ def positive_int(text: str) -> int:
     return int_in_range(1, None)(text)
 
 
-def int_in_range(low: int, high: int | None, why: str = "") -> type[int]:
-    """argparse type: an integer in ``low .. high`` (``None``: no upper bound)."""
+def int_in_range(
+    low: int, high: int | None, why: str = "", high_text: str | None = None
+) -> type[int]:
+    """argparse type: an integer in ``low .. high`` (``None``: no upper bound; ``high_text``:
+    how messages write it, e.g. ``2^63 - 1``)."""
 
     def parse(text: str) -> int:
         try:
@@ -41,7 +44,7 @@ def int_in_range(low: int, high: int | None, why: str = "") -> type[int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
         if value < low or (high is not None and value > high):
-            allowed = f"{low} .. {high}" if high is not None else f">= {low}"
+            allowed = f"{low} .. {high_text or high}" if high is not None else f">= {low}"
             raise argparse.ArgumentTypeError(f"{value} is out of range; allowed {allowed}{why}")
         return value
 

@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
     p.add_argument(
         "--trials",
-        type=int_in_range(1, MAX_TRIALS),
+        type=int_in_range(1, MAX_TRIALS, high_text="2^63 - 1"),
         help="trial budget (default: from the space, 300)",
     )
     p.add_argument(
