@@ -106,6 +106,18 @@ def test_malformed_onnx_is_one_line_naming_the_op_or_tensor(
     assert f"{path}: {expect}" in line
 
 
+@pytest.mark.parametrize("shape", [[1, 0], [0, 4]], ids=["feature", "batch"])
+def test_a_zero_size_input_dimension_names_the_input_and_the_dimension(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: list[int]
+) -> None:
+    """Issue 24's first family, for inputs (initializers: tests/test_hardening3.py)."""
+    x, y = vi("x", F, shape), vi("y", F, shape)
+    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], [x], [y])
+    line = _one_error(["show", path], capsys)
+    axis = shape.index(0)
+    assert f"{path}: input 'x' dimension {axis} is 0; dimensions must be >= 1" in line
+
+
 def test_gather_index_out_of_range_names_the_op_and_the_range(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
