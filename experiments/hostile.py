@@ -234,12 +234,20 @@ def run_case(case: Case) -> Result:
             return Result(case, "skipped", f"harness error: {type(exc).__name__}: {exc}", None)
         cls, why = classify(case, outcome, lost)
         message = " ".join(
-            ln.replace(f"{tmp}/", "").removeprefix("fusiontune: error: ")
+            _unmachined(ln, tmp).removeprefix("fusiontune: error: ")
             for ln in outcome.err.splitlines()
             if ln.strip() and not _is_noise(ln)
         )
+        why = _unmachined(why, tmp)
         _cleanup_mounts(tmp)
         return Result(case, cls, why, outcome, message)
+
+
+def _unmachined(text: str, tmp: Path) -> str:
+    """``text`` without this machine's paths (the scratch folder, the checkout, Python's)."""
+    for prefix, shown in ((f"{tmp}/", ""), (f"{ROOT}/", ""), (f"{sys.base_prefix}/", "<python>/")):
+        text = text.replace(prefix, shown)
+    return text
 
 
 def _cleanup_mounts(tmp: Path) -> None:
