@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,16 @@ from fusiontune.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 F = TensorProto.FLOAT
+
+
+@pytest.fixture(autouse=True)
+def _keep_memory_limit() -> Iterator[None]:
+    """``--memory-limit`` sets a process-wide limit: restore it after each test."""
+    from fusiontune.limits import memory_limit, set_memory_limit
+
+    previous = memory_limit()
+    yield
+    set_memory_limit(previous)
 
 
 def _one_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -288,6 +299,29 @@ def test_a_size_whose_tensors_exceed_the_memory_available_is_refused(
     assert fit is not None and over is not None
     assert fit[0] <= one_gib_available < over[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_memory_available_is_checked_before_any_weight_is_drawn(
+    one_gib_available: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a memory limit far above the machine's, vgg16 at 20000 drew 2.98 TiB of weights
+    (a MemoryError, an internal error) before the tensors' estimate was asked."""
+    argv = ["simulate", "vgg16", "--input-size", "20000", "--memory-limit", "1" + "0" * 30]
+    line = _one_error(argv, capsys)
+    assert "--input-size 20000 is too large for zoo model 'vgg16': its tensors would need" in line
+
+
+def test_an_allocation_the_machine_refuses_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import fusiontune.cli.models as models
+
+    def too_big(args: object) -> int:
+        raise MemoryError("Unable to allocate 2.98 TiB")
+
+    monkeypatch.setattr(models, "run", too_big)
+    line = _one_error(["models"], capsys)
+    assert "out of memory (Unable to allocate 2.98 TiB)" in line and "--memory-limit" in line
 
 
 def test_sizes_that_fit_the_memory_available_still_run(

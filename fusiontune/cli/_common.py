@@ -129,8 +129,8 @@ def load_graph(args: argparse.Namespace) -> Graph:
             "takes --input-shape NAME=D,D,... for its dynamic dimensions"
         )
     try:
-        graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
         check_zoo_tensors(args.model, args.input_size, getattr(args, "batch", None))
+        graph = load_model(args.model, input_shapes=shapes, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
     if getattr(args, "fuse_attention", False):

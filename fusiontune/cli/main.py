@@ -112,6 +112,16 @@ def _main(argv: list[str]) -> int:
         _ignore_further_ctrl_c()
         print("fusiontune: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except MemoryError as exc:  # past what the estimates refuse (e.g. a --memory-limit too high)
+        from fusiontune.limits import format_bytes, memory_limit
+
+        print(
+            f"fusiontune: error: out of memory ({_one_line(exc)}); fusiontune refuses tensors "
+            f"beyond the memory limit, now {format_bytes(memory_limit())}: keep --memory-limit "
+            "within the machine's memory, or give a smaller model or input",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
