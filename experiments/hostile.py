@@ -245,7 +245,12 @@ def run_case(case: Case) -> Result:
 
 def _unmachined(text: str, tmp: Path) -> str:
     """``text`` without this machine's paths (the scratch folder, the checkout, Python's)."""
-    for prefix, shown in ((f"{tmp}/", ""), (f"{ROOT}/", ""), (f"{sys.base_prefix}/", "<python>/")):
+    for prefix, shown in (
+        (f"{tmp}/", ""),
+        (f"{ROOT}/", ""),
+        (f"{sys.prefix}/", "<venv>/"),
+        (f"{sys.base_prefix}/", "<python>/"),
+    ):
         text = text.replace(prefix, shown)
     return text
 
@@ -788,6 +793,12 @@ def cli_cases() -> list[Case]:
             ("show", "mlp_relu", "--memory-limit", "1" + "0" * 400),
             (),
             0,
+        ),
+        (
+            "memory-limit-above-the-machine",
+            ("simulate", "vgg16", "--input-size", "20000", "--memory-limit", "1" + "0" * 30),
+            ("--input-size",),
+            2,
         ),
         (
             "memory-limit-tiny",
