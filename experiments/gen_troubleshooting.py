@@ -50,7 +50,9 @@ def _quote(arg: str) -> str:
 def run_case(module: ModuleType, case: object) -> tuple[str, str]:
     """(command as a user would type it, the message fusiontune printed)."""
     from fusiontune.cli.main import main
+    from fusiontune.limits import memory_limit, set_memory_limit
 
+    previous = memory_limit()  # a case's --memory-limit is process-wide: not for the next one
     with tempfile.TemporaryDirectory() as tmp:
         argv = module.materialise(case, Path(tmp))
         err = io.StringIO()
@@ -59,6 +61,7 @@ def run_case(module: ModuleType, case: object) -> tuple[str, str]:
         prefix = f"{tmp}/"
         message = err.getvalue().strip().replace(prefix, "").removeprefix(ERROR_PREFIX)
         command = " ".join(_quote(a.replace(prefix, "")) for a in ["fusiontune", *argv])
+    set_memory_limit(previous)
     if code != case.code:  # type: ignore[attr-defined]
         raise SystemExit(f"case {case.id}: exit {code}, expected {case.code}: {message}")  # type: ignore[attr-defined]
     return command, message
@@ -90,8 +93,10 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   (default 5): finished trials go to the study storage (one transaction per checkpoint: all of
   its trials or none) and `trials.parquet` periodically, each file replaced atomically. Rerun
   with `--resume`. The local Ray it started (workers, raylet, agents) is stopped within seconds
-  by a small reaper process (it reads the process table through psutil, so it is written for
-  Linux, macOS and Windows; tested on Linux only).
+  by a small reaper process. It uses only psutil and the standard library (no `/proc`, no
+  POSIX-only call; its own process group on Windows, a child counted only if younger than its
+  parent since Windows keeps a dead parent's pid), so it works wherever Ray runs: Linux, macOS,
+  Windows. The suite runs it on Linux; the others' differences are simulated in the tests.
 - **Reading `trials.parquet` during a search**: read it through one open file
   (`ft.read_parquet(path)`, `ft.load_results(folder)` or `pd.read_parquet(open(path, "rb"))`);
   `pd.read_parquet(path)` opens the path twice and can pair two versions of the file.
@@ -101,7 +106,8 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   record). The baseline rows and `groups.parquet` are not in the storage: rerun the search with
   `--resume` (same command) to recompute them.
 - **A journal file torn by a killed driver** (`--storage NAME.log`): a final record left
-  unfinished is dropped with a warning when the journal is next opened (Optuna never read it);
+  unfinished is dropped when the journal is next opened, said in one `fusiontune: warning:`
+  line (Optuna never read it);
   a bad record with others after it is refused with the exact step (`truncate -s BYTE FILE`)
   that keeps the records before it.
 - **A study knows what it is**: `--resume` (or a second driver) with another model, input
@@ -110,8 +116,13 @@ Long searches and faults (tested in `tests/test_faults.py`, `tests/test_study.py
   worker that dies is retried once plan by plan; a plan slower than `--eval-timeout` seconds
   (default 600) fails as timed out; a failing baseline is a failed row. The search goes on.
 - **A full disk** stops the search with one line naming the file (the study database, the journal
-  or a table) and "disk full"; the trials stored so far are safe: free space and rerun with
+  or a table) and "disk full" (a file-size limit, `ulimit -f`, says so; SQLite's "disk I/O
+  error" says what it may be); the trials stored so far are safe: free space and rerun with
   `--resume` (a study whose database could not even be created: run the same command again).
+- **Warnings** (an op type the IR does not know, a repaired journal) are one line each,
+  `fusiontune: warning: ...`, on stderr.
+- **The hostile harness** `python experiments/hostile.py` reruns about 250 such cases (bad
+  files, values, paths and faults, each in a subprocess) and writes `results/hostile.md`.
 - **`fusiontune: internal error: ...`** is a bug, not a bad input: rerun with
   `FUSIONTUNE_DEBUG=1` to see the traceback and report it."""
 

@@ -7,7 +7,8 @@ the file.
   that stop the classic attacks before they cost anything: at most
   :data:`MAX_NESTING_DEPTH` levels of nesting and :data:`MAX_YAML_NODES` nodes once aliases
   are expanded (an "alias bomb" of a few hundred bytes expands to billions of nodes), no
-  recursive aliases. A caller's ``check`` (the validator of the file's keys) runs on a bounded
+  recursive aliases, no key given twice in one mapping (PyYAML would keep the last one
+  silently). A caller's ``check`` (the validator of the file's keys) runs on a bounded
   copy of a document over the node limit (:data:`BOUNDED_COPY_NODES` nodes, breadth first),
   so an alias bomb under a misspelt key or holding a bad value is refused naming that key or
   value, as the file written out would be, and never expanded.
@@ -254,6 +255,10 @@ def _limited_loader_class() -> type:
             _check_expanded_size(node)
             return node
 
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            _check_unique_keys(node, yaml)
+            return super().construct_mapping(node, deep=deep)
+
     _LOADER = LimitedSafeLoader
     return _LOADER
 
@@ -287,6 +292,24 @@ def _check_expanded_size(root: Any) -> None:
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node, yaml) if id(child) not in sizes)
+
+
+def _check_unique_keys(node: Any, yaml: Any) -> None:
+    """Refuse a mapping that gives one scalar key twice (merge keys ``<<`` may be overridden:
+    that is what they are for)."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        first = seen.get((key.tag, key.value))
+        seen.setdefault((key.tag, key.value), line)
+        if first is not None:
+            raise _LimitExceeded(
+                f"key '{key.value}' is given twice (lines {first} and {line}); keep one"
+            )
 
 
 def _children(node: Any, yaml: Any) -> list[Any]:

@@ -64,6 +64,15 @@ def set_memory_limit(limit_bytes: int) -> int:
     return previous
 
 
+def available_memory_bytes() -> int:
+    """Memory the machine has available now (psutil's ``available``: free plus reclaimable),
+    the bound a zoo model's ``--input-size`` is checked against (its tensors estimated from
+    shapes, ``cli/_common.check_zoo_tensors``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
 def format_bytes(n: int) -> str:
     """``1,234 B`` below a KiB, else binary units with three significant digits."""
     if n < 1024:

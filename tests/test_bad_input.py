@@ -8,6 +8,7 @@ exit and never a traceback.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,11 @@ def _onnx_bytes(kind: str) -> bytes:
         nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
     elif kind == "zero-weight":  # a MatMul weight with 0 rows
         inits.append(helper.make_tensor("w", TensorProto.FLOAT, [0, 4], []))
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
+    elif kind == "attribute-type":  # Softmax's axis (an INT) given as a float
+        nodes = [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=1.0)]
+    elif kind == "int-weight":  # a float input times an int64 weight
+        inits.append(helper.make_tensor("w", TensorProto.INT64, [4, 4], [1] * 16))
         nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
     else:
         raise ValueError(kind)
@@ -372,7 +378,7 @@ def _cases() -> list[Case]:
             "trials-zero",
             "a budget of zero trials",
             (*search[:3], *search[5:], "--trials", "0", "mlp_relu"),
-            "argument --trials: 0 is out of range; allowed >= 1",
+            "argument --trials: 0 is out of range; allowed 1 .. 2^63 - 1",
             "give at least one trial",
         ),
         Case(
@@ -428,11 +434,12 @@ def _cases() -> list[Case]:
         # ---- inputs that would exhaust the machine
         Case(
             "input-size-verify",
-            "input size whose execution needs terabytes",
-            ("simulate", "resnet18", "--input-size", "100000", "--verify"),
-            "verifying it (the reference run and the execution) needs 6.08 TiB of tensors, more "
-            "than the memory limit of 4 GiB (largest: 'stem.relu', 1x64x50000x50000",
-            "simulate without --verify (analytic, no tensors), or a smaller --input-size",
+            "input size whose execution needs more than the memory limit",
+            ("simulate", "resnet18", "--input-size", "1000", "--verify", "--memory-limit", "256MB"),
+            "verifying it (the reference run and the execution) needs 684 MiB of tensors, more "
+            "than the memory limit of 244 MiB (largest: 'stem.relu', 1x64x500x500",
+            "simulate without --verify (analytic, no tensors), a smaller --input-size, or raise "
+            "--memory-limit if the machine has the memory",
         ),
         Case(
             "onnx-huge-weight",
@@ -555,6 +562,46 @@ def _cases() -> list[Case]:
             "spell the key as listed in the message",
             {"plan.json": json.dumps({"groups": [{"ops": ["fc1"], "mdoe": "single"}]})},
         ),
+        Case(
+            "onnx-attribute-type",
+            "ONNX attribute of the wrong type",
+            ("show", f"{TMP}/attr.onnx"),
+            "attr.onnx: op 'softmax' (Softmax): attribute 'axis' must be INT, got FLOAT",
+            "fix the export: give the attribute the type the ONNX operator declares",
+            {"attr.onnx": _onnx_bytes("attribute-type")},
+        ),
+        Case(
+            "onnx-mixed-types",
+            "ONNX op whose inputs must share a type but do not",
+            ("show", f"{TMP}/int.onnx"),
+            "int.onnx: op 'fc' (MatMul): inputs 'x' (float32) and 'w' (int64) must have the same",
+            "fix the export (a Cast, or a weight of the input's type)",
+            {"int.onnx": _onnx_bytes("int-weight")},
+        ),
+        Case(
+            "yaml-key-twice",
+            "hardware YAML giving one key twice",
+            ("simulate", "mlp_relu", "--hw", f"{TMP}/hw.yaml"),
+            "hw.yaml: key 'buffer_bytes' is given twice (lines 1 and 3); keep one",
+            "keep one of the two lines (YAML would silently take the last)",
+            {"hw.yaml": "buffer_bytes: 65536\nadc_bits: 8\nbuffer_bytes: 131072\n"},
+        ),
+        Case(
+            "input-size-onnx",
+            "--input-size given for an ONNX file",
+            ("show", f"{TMP}/m.onnx", "--input-size", "64"),
+            "m.onnx: --input-size and --batch apply to zoo models only; an ONNX file takes "
+            "--input-shape",
+            "give `--input-shape NAME=D,D,...` for the file's dynamic dimensions",
+            {"m.onnx": valid},
+        ),
+        Case(
+            "no-command",
+            "no command",
+            (),
+            "give a command: models, show, plans, simulate, search, export, report",
+            "`fusiontune --help` lists the commands",
+        ),
     ]
 
 
@@ -570,6 +617,16 @@ def materialise(case: Case, tmp: Path) -> list[str]:
         else:
             path.write_text(content)
     return [a.replace(TMP, str(tmp)) for a in case.argv]
+
+
+@pytest.fixture(autouse=True)
+def _keep_memory_limit() -> Iterator[None]:
+    """``--memory-limit`` sets a process-wide limit: restore it after each case."""
+    from fusiontune.limits import memory_limit, set_memory_limit
+
+    previous = memory_limit()
+    yield
+    set_memory_limit(previous)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -21,6 +21,9 @@ BYTE_UNITS = {
 }  # fmt: skip
 """Suffixes a byte size on the command line may carry (decimal and binary)."""
 
+MAX_TRIALS = (1 << 63) - 1
+"""Largest --trials taken: the study storage numbers trials with 64-bit integers."""
+
 MAX_INPUT_SIZE = 1 << 20
 """Largest --input-size taken (a 2^20-pixel side is far beyond any model; the memory limit
 refuses what would not fit long before)."""
@@ -31,8 +34,11 @@ def positive_int(text: str) -> int:
     return int_in_range(1, None)(text)
 
 
-def int_in_range(low: int, high: int | None, why: str = "") -> type[int]:
-    """argparse type: an integer in ``low .. high`` (``None``: no upper bound)."""
+def int_in_range(
+    low: int, high: int | None, why: str = "", high_text: str | None = None
+) -> type[int]:
+    """argparse type: an integer in ``low .. high`` (``None``: no upper bound; ``high_text``:
+    how messages write it, e.g. ``2^63 - 1``)."""
 
     def parse(text: str) -> int:
         try:
@@ -40,7 +46,7 @@ def int_in_range(low: int, high: int | None, why: str = "") -> type[int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
         if value < low or (high is not None and value > high):
-            allowed = f"{low} .. {high}" if high is not None else f">= {low}"
+            allowed = f"{low} .. {high_text or high}" if high is not None else f">= {low}"
             raise argparse.ArgumentTypeError(f"{value} is out of range; allowed {allowed}{why}")
         return value
 
@@ -56,7 +62,12 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"'{text}' is not a size; give bytes, e.g. 4294967296, 4GiB or 500MB"
         )
-    value = int(float(match.group(1)) * BYTE_UNITS[unit])
+    number = match.group(1)
+    value = (
+        int(number) * BYTE_UNITS[unit]  # exact: a long string of digits never becomes inf
+        if "." not in number
+        else int(float(number) * BYTE_UNITS[unit])
+    )
     if value < 1:
         raise argparse.ArgumentTypeError(f"'{text}' must be at least 1 byte")
     return value
@@ -165,8 +176,14 @@ def load_graph(args: argparse.Namespace) -> Graph:
         if value is not None
     }
     shapes = parse_input_shapes(args.input_shape) if args.input_shape else None
+    if zoo_kwargs and args.model not in _zoo_names():
+        raise FusiontuneError(
+            f"{args.model}: --input-size and --batch apply to zoo models only; an ONNX file "
+            "takes --input-shape NAME=D,D,... for its dynamic dimensions"
+        )
     pins = parse_input_values(args.pin) if getattr(args, "pin", None) else None
     try:
+        check_zoo_tensors(args.model, args.input_size, getattr(args, "batch", None))
         graph = load_model(args.model, input_shapes=shapes, input_values=pins, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
@@ -175,6 +192,58 @@ def load_graph(args: argparse.Namespace) -> Graph:
 
         graph = fuse_attention(graph)
     return graph
+
+
+def _zoo_names() -> frozenset[str]:
+    from fusiontune.frontend.zoo import ZOO
+
+    return frozenset(ZOO)
+
+
+def check_zoo_tensors(model: str, input_size: int | None, batch: int | None) -> None:
+    """Refuse a zoo model's ``--input-size`` or ``--batch`` whose tensors (weights, inputs,
+    intermediates, outputs: what executing the graph may hold) would need more memory than the
+    machine has available (:func:`fusiontune.limits.available_memory_bytes`), estimated from a
+    placeholder build (nothing allocated). Its weights are checked first, against the memory
+    limit (:class:`InputSizeError`, worded by :func:`input_size_error`). The activations are
+    checked for analytic commands too: the analysis replays every row (``bert_encoder`` at
+    sequence 2^20 ran for hours), and no plan of such a size could be verified here.
+
+    Raises:
+        InputSizeError: the weights exceed the memory limit.
+        FusiontuneError: the tensors exceed the available memory; names the option, the
+            estimate, the memory available and the largest value that fits.
+    """
+    from fusiontune.frontend.zoo import ZOO, check_weight_bytes, largest_fitting, tensor_bytes
+    from fusiontune.limits import available_memory_bytes, format_bytes
+
+    entry = ZOO.get(model)
+    if entry is None or (input_size is None and batch is None):
+        return  # the defaults fit any machine fusiontune runs on
+    size = entry.default_input_size if input_size is None else input_size
+    n = entry.default_batch if batch is None else batch
+    check_weight_bytes(model, size, n)
+    limit = available_memory_bytes()
+    counted = tensor_bytes(model, size, n)
+    if counted is None or counted[0] <= limit:
+        return  # a size that does not build is reported by the build
+    option, value, low = (
+        ("--input-size", size, entry.min_input_size)
+        if input_size is not None
+        else ("--batch", n, 1)
+    )
+
+    def fits(v: int) -> bool:
+        c = tensor_bytes(model, v, n) if option == "--input-size" else tensor_bytes(model, size, v)
+        return c is not None and c[0] <= limit
+
+    largest = largest_fitting(low, value, fits)
+    fix = f"the largest {option} that fits is {largest}" if largest else f"no {option} fits"
+    raise FusiontuneError(
+        f"{option} {value} is too large for zoo model '{model}': its tensors would need "
+        f"{format_bytes(counted[0])} (weights, activations and outputs; largest: {counted[1]}), "
+        f"more than the {format_bytes(limit)} of memory this machine has available; {fix}"
+    )
 
 
 def input_size_error(exc: InputSizeError) -> FusiontuneError:

@@ -6,7 +6,9 @@ Each subcommand lives in its own module under :mod:`fusiontune.cli` and exposes
 any other exception is a bug: one line, a hint to rerun with ``FUSIONTUNE_DEBUG=1`` for the
 traceback, exit 1. Ctrl-C exits 130 (a subcommand may print how to resume first); once
 it is caught, SIGINT is ignored for the rest of the process, which is ending: a second Ctrl-C
-cannot turn 130 into a traceback or a death by signal.
+cannot turn 130 into a traceback or a death by signal. Run as the program (``argv`` not
+given), every warning prints as one ``fusiontune: warning: ...`` line (:func:`_show_warning`);
+a caller passing ``argv`` (tests) keeps Python's warning machinery as it is.
 """
 
 from __future__ import annotations
@@ -75,7 +77,19 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        import warnings
+
+        warnings.showwarning = _show_warning
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # before a subcommand ran: importing it, parsing the options
+        _ignore_further_ctrl_c()
+        print("fusiontune: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
@@ -86,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
+        print(f"fusiontune: error: give a command: {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USER_ERROR
     args.argv = argv  # the command line as given (``search`` prints it to resume)
     try:
@@ -97,6 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _ignore_further_ctrl_c()
         print("fusiontune: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except MemoryError as exc:  # past what the estimates refuse (e.g. a --memory-limit too high)
+        from fusiontune.limits import format_bytes, memory_limit
+
+        print(
+            f"fusiontune: error: out of memory ({_one_line(exc)}); fusiontune refuses tensors "
+            f"beyond the memory limit, now {format_bytes(memory_limit())}: keep --memory-limit "
+            "within the machine's memory, or give a smaller model or input",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -122,6 +147,23 @@ def _ignore_further_ctrl_c() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """A warning as one line: fusiontune's own (UserWarning) as its message, another
+    package's with its category and package."""
+    text = " ".join(str(message).split())
+    if not issubclass(category, UserWarning) or "fusiontune" not in filename:
+        package = os.path.basename(os.path.dirname(filename)) or filename
+        text = f"{category.__name__} from {package}: {text}"
+    print(f"fusiontune: warning: {text}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fusiontune.cli._common import add_model_arguments, load_graph, positive_int
-from fusiontune.errors import ConfigError
+from fusiontune.errors import ConfigError, FusiontuneError
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.counting import DEFAULT_COUNT_BUDGET
 
@@ -87,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
         if attention:
             report["attention"] = [a.to_dict() for a in attention]
     if args.out:
-        Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
+        try:
+            Path(args.out).write_text(greedy.to_json(indent=2) + "\n")
+        except OSError as exc:
+            raise FusiontuneError(
+                f"plans --out: cannot write '{args.out}': {exc.strerror or type(exc).__name__}"
+            ) from None
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
+    MAX_TRIALS,
     add_memory_limit_argument,
     add_model_bits_argument,
     add_pin_argument,
     apply_memory_limit,
+    check_zoo_tensors,
     input_size_error,
     int_in_range,
-    positive_int,
 )
 from fusiontune.errors import InputSizeError
 from fusiontune.search.api import MAX_SEED
@@ -49,7 +50,9 @@ def register(sub: Any) -> None:
     p.add_argument("model", help="zoo model name or ONNX file")
     p.add_argument("--space", help="search space YAML (default: the embedded default space)")
     p.add_argument(
-        "--trials", type=positive_int, help="trial budget (default: from the space, 300)"
+        "--trials",
+        type=int_in_range(1, MAX_TRIALS, high_text="2^63 - 1"),
+        help="trial budget (default: from the space, 300)",
     )
     p.add_argument(
         "--workers",
@@ -173,6 +176,10 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
     from fusiontune.search.api import SearchInterrupted, search
 
     model: Any = args.model
+    try:
+        check_zoo_tensors(args.model, args.input_size, None)
+    except InputSizeError as exc:
+        raise input_size_error(exc) from None
     input_size, shapes = (
         args.input_size,
         (parse_input_shapes(args.input_shape) if args.input_shape else None),

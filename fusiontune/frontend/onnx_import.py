@@ -39,6 +39,7 @@ from fusiontune.errors import FusiontuneError, ModelLoadError
 from fusiontune.frontend.onnx_attention import expand_attention_ops
 from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
+from fusiontune.frontend.onnx_schema import node_problem
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ir.quant import QuantParams
@@ -304,7 +305,7 @@ def _topological(nodes: Sequence[onnx.NodeProto]) -> list[int] | None:
             if k < len(deps):
                 stack.append((i, k + 1))
                 j = deps[k]
-                if state[j] == 1 and j != i:
+                if state[j] == 1:  # on the stack: a cycle (j == i: it reads its own output)
                     return None
                 if state[j] == 0:
                     state[j] = 1
@@ -443,6 +444,11 @@ class _Importer:
         self.fold_limit_bytes = limits.fold_limit_bytes(self.model_bytes)
         if graph.sparse_initializer:
             raise self.fail("sparse initializers are not supported; densify them first")
+        if not graph.output:
+            raise self.fail("the graph declares no outputs, so nothing it computes is used")
+        twice = [n for n, k in Counter(i.name for i in graph.initializer).items() if k > 1]
+        if twice:
+            raise self.fail(f"initializer '{twice[0]}' is given twice; names must be unique")
         for init in graph.initializer:
             self.constants[init.name] = self._tensor_value(init, "initializer")
         self._initializer_names = frozenset(init.name for init in graph.initializer)
@@ -762,6 +768,10 @@ class _Importer:
             except Exception as exc:
                 raise self.fail(f"op '{name}' (Constant): {exc}") from None
             return
+        if not domain:
+            problem = node_problem(node, name, self.opset, self._dtype_of)
+            if problem is not None:
+                raise self.fail(problem)
         attrs = {a.name: _attr_value(a) for a in node.attribute}
         op_type = node.op_type
         if op_type == "Sum" and not domain and len(node.input) == 2:
@@ -785,6 +795,14 @@ class _Importer:
                 self.tensors[out] = Tensor(out, shape, dtype)
         self.ops.append(op)
         self.origin[name] = self._origin_now
+
+    def _dtype_of(self, name: str) -> str:
+        """Element type of an imported tensor or constant (``""``: not known yet)."""
+        if name in self.tensors:
+            return self.tensors[name].dtype
+        if name in self.constants:
+            return str(self.constants[name].dtype)
+        return ""
 
     def _constant_tensor(self, name: str) -> None:
         if name not in self.tensors:
@@ -852,6 +870,16 @@ class _Importer:
                 ours = list(infer_op_shapes(op, self.tensors))
             except FusiontuneError as exc:
                 our_error = exc  # e.g. a shape input that did not fold: ask ONNX below
+            except (IndexError, TypeError, ValueError) as exc:  # inputs the op cannot take
+                shapes = ", ".join(
+                    f"'{t}' {limits.shape_text(self.tensors[t].shape)}"
+                    for t in op.inputs
+                    if t in self.tensors
+                )
+                raise self.fail(
+                    f"op '{op.name}' ({op.op_type}) cannot take its inputs ({shapes}): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
         result: list[tuple[tuple[int, ...], str]] = []
         onnx_shapes: dict[str, tuple[tuple[int, ...] | None, int]] | None = None
         for k, out in enumerate(op.outputs):

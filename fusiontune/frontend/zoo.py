@@ -130,6 +130,27 @@ class _ZooBuilder(GraphBuilder):
         n, tensor, shape = max(sizes)
         return sum(s[0] for s in sizes), f"'{tensor}', {shape_text(shape)}, {format_bytes(n)}"
 
+    def table(self, name: str, shape: Sequence[int], make: Callable[[], np.ndarray]) -> str:
+        """A float32 constant computed by ``make`` (a mask, a lookup table) of ``shape``: a
+        placeholder build holds a broadcast zero, a real one checks its bytes against the
+        memory limit before computing it (a causal mask grows with the square of the size)."""
+        if self.placeholder:
+            return self.const(name, np.broadcast_to(_FROZEN_ZERO, tuple(shape)))
+        from fusiontune.limits import check_tensor
+
+        check_tensor(name, shape, 4, f"zoo model '{self.name}'")
+        return self.const(name, make())
+
+    def tensor_bytes(self) -> tuple[int, str]:
+        """Bytes of every tensor so far (inputs, constants, intermediates: what executing the
+        graph may hold at once), and the largest as text."""
+        sizes = [
+            (n_elements(t.shape) * (np.dtype(t.dtype).itemsize if t.dtype else 4), t.name, t.shape)
+            for t in self._tensors.values()
+        ]
+        n, tensor, shape = max(sizes)
+        return sum(s[0] for s in sizes), f"'{tensor}', {shape_text(shape)}, {format_bytes(n)}"
+
     def weight(self, name: str, shape: Sequence[int], fan_in: int) -> str:
         if self.placeholder:
             return self.const(name, np.broadcast_to(_FROZEN_ZERO, tuple(shape)))
@@ -542,7 +563,7 @@ def _build(
     if not _is_int(seed) or seed < 0:
         raise ModelLoadError(f"zoo model '{name}': seed {seed!r} must be an integer >= 0")
     if not placeholder:
-        _check_weight_bytes(name, int(size), int(n))
+        check_weight_bytes(name, int(size), int(n))
     builder = _ZooBuilder(name, seed, placeholder=placeholder)
     try:
         entry.build(builder, int(size), int(n))
@@ -562,7 +583,31 @@ def _weight_bytes(name: str, size: int, batch: int) -> tuple[int, str] | None:
     return builder.constant_bytes()
 
 
-def _check_weight_bytes(name: str, size: int, batch: int) -> None:
+def tensor_bytes(name: str, size: int, batch: int) -> tuple[int, str] | None:
+    """Bytes of every tensor of zoo model ``name`` at ``size`` and ``batch`` (weights, inputs,
+    intermediates, outputs) and its largest one as text, from a placeholder build (nothing is
+    allocated); ``None`` when it does not build at that size."""
+    builder = _ZooBuilder(name, 0, placeholder=True)
+    try:
+        ZOO[name].build(builder, size, batch)
+    except FusiontuneError:
+        return None
+    return builder.tensor_bytes()
+
+
+def largest_fitting(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest ``n`` in ``low .. high - 1`` with ``fits(n)``, for a ``fits`` true up to
+    some size and false beyond (binary search); ``None`` when not even ``low`` fits."""
+    if not fits(low):
+        return None
+    lo, hi = low, high  # invariant: fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def check_weight_bytes(name: str, size: int, batch: int) -> None:
     """Refuse a size whose weights together exceed the memory limit, before drawing any.
 
     Raises:
@@ -579,14 +624,8 @@ def _check_weight_bytes(name: str, size: int, batch: int) -> None:
         n = _weight_bytes(name, s, batch)
         return n is not None and n[0] <= limit
 
-    lo = ZOO[name].min_input_size
-    if not fits(lo):
-        raise InputSizeError(name, size, needed, limit, None, biggest)
-    hi = size  # invariant: fits(lo), not fits(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    raise InputSizeError(name, size, needed, limit, lo, biggest)
+    largest = largest_fitting(ZOO[name].min_input_size, size, fits)
+    raise InputSizeError(name, size, needed, limit, largest, biggest)
 
 
 def _is_int(value: object) -> bool:

@@ -205,7 +205,7 @@ def build_llama_prefill(
     tables = (
         b.const("rope.cos", cos_t),
         b.const("rope.sin", sin_t),
-        b.const("attn.causal_mask", causal_mask(seq)),
+        b.table("attn.causal_mask", (seq, seq), lambda: causal_mask(seq)),
     )
     for i in range(layers):
         x, _, _ = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.")

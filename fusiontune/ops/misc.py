@@ -77,7 +77,14 @@ def _gather(op: Op, inputs: Inputs) -> list[Array]:
     x, idx = inputs[0], inputs[1]
     assert x is not None and idx is not None
     axis = attr_i(op, "axis") % x.ndim
-    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    dim = x.shape[axis]
+    outside = (np.asarray(idx) < -dim) | (np.asarray(idx) >= dim)
+    if outside.any():  # numpy's IndexError would name neither the op nor the range
+        raise FusiontuneError(
+            f"op '{op.name}' (Gather): index {int(np.asarray(idx)[outside].flat[0])} is out of "
+            f"range for axis {axis} of size {dim}; allowed: [{-dim}, {dim - 1}]"
+        )
+    idx = np.where(idx < 0, idx + dim, idx)
     return [np.take(x, idx, axis=axis)]
 
 

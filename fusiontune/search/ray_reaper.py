@@ -8,9 +8,13 @@ group on Windows) that notes, every :data:`SNAPSHOT_S`, the Ray processes descen
 driver (by ``psutil``: parent pid, create time, a command line naming ray). When the driver
 ends, however it ends, the reaper's stdin pipe closes; it then stops every noted process still
 alive and their descendants: terminate (``SIGTERM``), then kill (``SIGKILL``; on Windows both
-are ``TerminateProcess``) after :data:`GRACE_S`. It is written for wherever psutil and Ray run
-(Linux, macOS, Windows; tested on Linux only). The module imports only the standard library and
-psutil: it runs as a script.
+are ``TerminateProcess``) after :data:`GRACE_S`. Nothing in it is Linux's: no ``/proc``, no
+``select`` on pipes, no POSIX-only signal, a new process group instead of a session on
+Windows, and a child counted only if younger than its parent (Windows keeps a dead parent's
+pid, which may be reused). So it runs wherever psutil and Ray run (Linux, macOS, Windows); the
+suite runs on Linux and simulates the others' differences (``tests/test_hardening3.py``,
+``tests/test_hardening5.py``). The module imports only the standard library and psutil: it runs
+as a script.
 """
 
 from __future__ import annotations
@@ -96,15 +100,22 @@ def _is_ray(pid: int) -> bool:
 
 
 def descendants(roots: set[int], table: dict[Key, int]) -> set[Key]:
-    """Processes of ``table`` descended from a pid in ``roots``."""
+    """Processes of ``table`` descended from a pid in ``roots``.
+
+    A child must be younger than its parent: Windows does not reparent orphans, so a process
+    whose parent died keeps that pid as its parent, and the pid may since have gone to one
+    of ours (pid reuse); such a process is not ours."""
+    created = {pid: t for pid, t in table}
     children: dict[int, list[Key]] = {}
     for key, parent in table.items():
         children.setdefault(parent, []).append(key)
     found: set[Key] = set()
     stack = list(roots)
     while stack:
-        for key in children.get(stack.pop(), ()):
-            if key not in found:
+        parent = stack.pop()
+        born = created.get(parent, float("-inf"))
+        for key in children.get(parent, ()):
+            if key not in found and key[1] >= born:
                 found.add(key)
                 stack.append(key[0])
     return found

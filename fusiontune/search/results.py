@@ -244,9 +244,9 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            from fusiontune.search.store import is_disk_full
+            from fusiontune.search.store import is_disk_full, reason_of
 
-            reason = "disk full" if is_disk_full(exc) else (exc.strerror or str(exc))
+            reason = reason_of(exc) if is_disk_full(exc) else (exc.strerror or str(exc))
             raise StorageError(
                 f"{path}: cannot write ({reason}); the study storage keeps every stored "
                 "trial: fix the cause (free disk space) and rerun with --resume"

@@ -67,6 +67,8 @@ def storage_for(storage: str | None, study_dir: Path) -> StorageSpec:
 
         from fusiontune.search.journal import bad_record, refusal, repair_torn_tail
 
+        if Path(journal).is_dir():
+            raise StorageError(f"journal file {journal} is a directory; give the path of a file")
         try:
             Path(journal).parent.mkdir(parents=True, exist_ok=True)
             dropped = repair_torn_tail(journal)
@@ -322,7 +324,7 @@ def _connect(spec: StorageSpec) -> Any:
                 continue
             if is_disk_full(exc):  # creating Optuna's tables: the SQL statement helps nobody
                 raise StorageError(
-                    f"study storage '{spec.label}' cannot be opened (disk full); the trials "
+                    f"study storage '{spec.label}' cannot be opened ({reason_of(exc)}); the trials "
                     "stored so far are safe: free disk space and run the command again"
                 ) from exc
             raise StorageError(f"study storage '{spec.label}' cannot be opened: {exc}") from exc

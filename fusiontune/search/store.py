@@ -63,6 +63,13 @@ def reason_of(exc: BaseException) -> str:
         ):
             return "disk full"
     for e in chain:
+        if (isinstance(e, OSError) and e.errno == _FILE_TOO_LARGE_ERRNO) or any(
+            s in str(e) for s in _FILE_TOO_LARGE_TEXT
+        ):
+            return FILE_TOO_LARGE
+        if "disk I/O error" in str(e):  # SQLite's word for a write the kernel refused
+            return DISK_IO_ERROR
+    for e in chain:
         if isinstance(e, OSError) and e.strerror:
             return e.strerror
     text = " ".join(str(exc).split())
@@ -71,11 +78,17 @@ def reason_of(exc: BaseException) -> str:
 
 _DISK_FULL_ERRNOS = frozenset({28, 122})  # ENOSPC, EDQUOT (Linux)
 _DISK_FULL_TEXT = ("database or disk is full", "No space left on device", "Disk quota exceeded")
+_FILE_TOO_LARGE_ERRNO = 27  # EFBIG: past the process's file-size limit (ulimit -f)
+_FILE_TOO_LARGE_TEXT = ("File too large",)
+FILE_TOO_LARGE = "file too large: over the file-size limit, ulimit -f"
+DISK_IO_ERROR = "disk I/O error: a full disk, a file-size limit or a failing device"
+_OUT_OF_SPACE = frozenset({"disk full", FILE_TOO_LARGE, DISK_IO_ERROR})
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an exception it was raised from) reports a full disk."""
-    return reason_of(exc) == "disk full"
+    """Whether ``exc`` (or an exception it was raised from) reports a full disk, or a write
+    refused as one would be (a file-size limit; SQLite's "disk I/O error")."""
+    return reason_of(exc) in _OUT_OF_SPACE
 
 
 class StudyTakenError(StorageError):

@@ -598,6 +598,11 @@ def _resolve(path_or_preset: str | Path) -> _Found | None:
     ``None``: the name of the embedded default with no preset file of that name.
     """
     text = str(path_or_preset)
+    if not text.strip():
+        raise ConfigError(
+            f"hardware {text!r} is empty; give a preset ({', '.join(preset_names())}) or the "
+            "path of a YAML file"
+        )
     path = Path(text)
     if path.suffix in (".yaml", ".yml") or path.exists() or "/" in text or "\\" in text:
         if not path.is_file():
