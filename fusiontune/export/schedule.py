@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from fusiontune.errors import FusiontuneError
 from fusiontune.ir.graph import Graph
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.matrices import crossbar_tiles
 
 if TYPE_CHECKING:
     from fusiontune.sim.tiling import Tiling
@@ -155,8 +155,7 @@ def _group_entry(
         )
     weights = []
     for m in needs.matrices:
-        row_tiles = math.ceil(m.rows / hw.crossbar_rows)
-        col_tiles = math.ceil(m.cols * hw.weight_slices / hw.crossbar_cols)
+        tiles = crossbar_tiles(m, hw)
         weights.append(
             {
                 "ops": list(m.ops),
@@ -165,9 +164,10 @@ def _group_entry(
                 "count": m.count,
                 "vectors": m.vectors,
                 "weight_bytes": hw.weight_bytes(m.n_weights),
-                "row_tiles": row_tiles,
-                "col_tiles": col_tiles,
-                "crossbars": row_tiles * col_tiles * m.count,
+                "row_tiles": tiles.row_tiles,
+                "col_tiles": tiles.col_tiles,
+                "groups_per_tile": tiles.groups_per_tile,
+                "crossbars": tiles.crossbars,
             }
         )
     depends = sorted({r["from_group"] for r in reads if r["from_group"] is not None})

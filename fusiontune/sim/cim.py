@@ -12,6 +12,10 @@ Model (ISAAC-like, DESIGN §7), one crossbar product ``y = x @ w`` with ``x (M, 
    unsigned integer up to ``rows * (2**dac_bits-1) * (2**cell_bits-1)``) goes through an
    ``adc_bits`` ADC with a one-count LSB: exact up to ``2**adc_bits - 1``, clipped above it
    (ISAAC sizes its 8-bit ADC so that typical sums fit; a smaller ADC saturates more often).
+   A grouped convolution runs one product per group: on a crossbar packed block-diagonally
+   (:func:`fusiontune.sim.matrices.crossbar_tiles`) a group's columns sum only its own rows,
+   the cells of the other groups' rows being zero, so its counts, the ADC's range and
+   clipping are those of this product (``tests/test_packing.py``).
 4. Digital shift-add recombines tiles, weight slices, input bits and signs; the result is
    rescaled by the two quantization scales. Biases and everything outside the crossbar stay float.
 

@@ -107,7 +107,6 @@ class Network:
             start += quota
             if hi <= lo:
                 continue
-            first = [(copy * count + g) * ct * rt for g in range(count)]
             sent: list[dict[int, set[int]]] = [{} for _ in range(count)]  # core -> row tiles
             for j in range(ct):
                 cols = slice(c_at[j], c_at[j + 1])
@@ -116,13 +115,14 @@ class Network:
                     rows = slice(r_at[i], r_at[i + 1])
                     part = np.matmul(x[:, lo:hi, rows], w[:, rows, cols], dtype=np.float64)
                     for g in range(count):  # partial sums to the reducer
-                        core = stage.tile_cores[first[g] + j * rt + i]
+                        core = stage.tile_cores[stage.tile_index(copy, g, j, i)]
                         sent[g].setdefault(core, set()).add(i)
-                        reducer = stage.tile_cores[first[g] + j * rt]
+                        reducer = stage.tile_cores[stage.tile_index(copy, g, j, 0)]
                         self.send(core, reducer, part[g].size * stage.psum_bytes)
                     acc += part
                 for g in range(count):  # the column tile's outputs to the home
-                    self.send(stage.tile_cores[first[g] + j * rt], stage.home, acc[g].size * ab)
+                    reducer = stage.tile_cores[stage.tile_index(copy, g, j, 0)]
+                    self.send(reducer, stage.home, acc[g].size * ab)
                 out[:, lo:hi, cols] = acc
             for g in range(count):  # each core's input rows, once per row tile it holds
                 for core, tiles in sent[g].items():
@@ -132,19 +132,18 @@ class Network:
 
     def _check_tiles(self, stage: StagePlacement) -> None:
         assert len(stage.tile_cores) == (
-            stage.copies * stage.count * stage.row_tiles * stage.col_tiles
+            stage.copies * stage.tile_sets * stage.row_tiles * stage.col_tiles
         ), f"{stage.ops[0]}: the placement lists no core for some of its tiles (tile_cores)"
 
     def _copy(self, stage: StagePlacement, copy: int, vec: int) -> None:
         ab, home = self.hw.act_bytes, stage.home
         rt, ct = stage.row_tiles, stage.col_tiles
         for g in range(stage.count):
-            first = (copy * stage.count + g) * ct * rt
             row_tiles_on: dict[int, set[int]] = {}  # core -> row tiles it holds (inputs once)
             for j in range(ct):
-                reducer = stage.tile_cores[first + j * rt]
+                reducer = stage.tile_cores[stage.tile_index(copy, g, j, 0)]
                 for i in range(rt):
-                    core = stage.tile_cores[first + j * rt + i]
+                    core = stage.tile_cores[stage.tile_index(copy, g, j, i)]
                     row_tiles_on.setdefault(core, set()).add(i)
                     self.send(core, reducer, vec * stage.col_outputs[j] * stage.psum_bytes)
                 self.send(reducer, home, vec * stage.col_outputs[j] * ab)

@@ -15,10 +15,12 @@ The evaluation reads as a short list of stages, per group:
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
-   convolutions). Per matrix-vector product and input bit-slice (``input_slices =
-   ceil(act_bits / dac_bits)``): every mapped cell operates once (cell ops), every physical
-   column of every row tile is converted once (ADC conversions, one shift-add each), every
-   row of every column tile is driven once (DAC drives).
+   convolutions; when one group fits a crossbar, ``groups_per_tile`` of them are packed
+   block-diagonally on each: :func:`fusiontune.sim.matrices.crossbar_tiles`). Per
+   matrix-vector product and input bit-slice (``input_slices = ceil(act_bits / dac_bits)``):
+   every mapped cell operates once (cell ops), every physical column of every row tile is
+   converted once (ADC conversions, one shift-add each), every row of every column tile is
+   driven once (DAC drives).
 3. **on-chip buffer accesses** — DMA staging of every DRAM byte, each LINEAR op reading one
    input vector of ``rows`` elements per product and writing its output, every other
    non-LAYOUT op reading its inputs and writing its output once; with ``hw.psum_bits`` and

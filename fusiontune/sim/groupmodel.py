@@ -43,7 +43,7 @@ from fusiontune.planner._index import bits, graph_index
 from fusiontune.planner.plan import Group, Mode
 from fusiontune.sim.capacity import Peak, cascade_elems, group_peak
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
-from fusiontune.sim.matrices import WeightMatrix, linear_matrix, window_rows
+from fusiontune.sim.matrices import WeightMatrix, crossbar_tiles, linear_matrix, window_rows
 from fusiontune.sim.rows import RowKind, height, row_elems, row_map
 from fusiontune.sim.tiling import PSUM_BITS_PER_ACT_BIT, Tiling, singleton_tiling
 
@@ -236,15 +236,16 @@ def _map_matrix(m: WeightMatrix, hw: HardwareConfig) -> _Linear:
     """Crossbar mapping of one weight matrix (stage 2 of :mod:`fusiontune.sim.cost`)."""
     ws, ins = hw.weight_slices, hw.input_slices
     phys_cols = m.cols * ws
-    row_tiles = math.ceil(m.rows / hw.crossbar_rows)
-    col_tiles = math.ceil(phys_cols / hw.crossbar_cols)
-    crossbars = row_tiles * col_tiles * m.count
+    tiles = crossbar_tiles(m, hw)  # block-diagonal packing of grouped matrices included
+    row_tiles, col_tiles, crossbars = tiles.row_tiles, tiles.col_tiles, tiles.crossbars
+    # the zero cells between a packed crossbar's diagonal blocks are programmed, but add no
+    # cell reads, conversions or drives (each group's rows and columns are its own)
     return _Linear(
         crossbars=crossbars,
         cell_ops=m.vectors * ins * m.rows * phys_cols * m.count,
         conversions=m.vectors * ins * row_tiles * phys_cols * m.count,
         drives=m.vectors * ins * m.rows * col_tiles * m.count,
-        programmed=m.rows * phys_cols * m.count,
+        programmed=tiles.programmed_cells,
         weight_bytes=hw.weight_bytes(m.n_weights),
         macs=m.macs,
         vector_reads=m.vectors * m.rows * m.count,

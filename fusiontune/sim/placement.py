@@ -34,6 +34,7 @@ from fusiontune.errors import ConfigError
 from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
+from fusiontune.sim.matrices import crossbar_tiles
 from fusiontune.sim.needs import WeightMatrix, group_needs
 from fusiontune.sim.structure import group_order, group_structure
 
@@ -66,15 +67,14 @@ def hops(hw: HardwareConfig, a: int, b: int) -> int:
 
 def matrix_tiles(m: WeightMatrix, hw: HardwareConfig) -> tuple[int, int]:
     """``(row_tiles, col_tiles)`` of one of ``m``'s ``count`` matrices on ``hw``'s crossbars."""
-    row_tiles = math.ceil(m.rows / hw.crossbar_rows)
-    col_tiles = math.ceil(m.cols * hw.weight_slices / hw.crossbar_cols)
-    return row_tiles, col_tiles
+    tiles = crossbar_tiles(m, hw)
+    return tiles.row_tiles, tiles.col_tiles
 
 
 def matrix_crossbars(m: WeightMatrix, hw: HardwareConfig) -> int:
-    """Crossbars of one copy of ``m`` (the flat model's count)."""
-    row_tiles, col_tiles = matrix_tiles(m, hw)
-    return row_tiles * col_tiles * m.count
+    """Crossbars of one copy of ``m`` (the flat model's count; grouped matrices packed
+    block-diagonally, :func:`~fusiontune.sim.matrices.crossbar_tiles`)."""
+    return crossbar_tiles(m, hw).crossbars
 
 
 def _col_tile_outputs(cols: int, col_tiles: int, hw: HardwareConfig) -> list[int]:
@@ -96,11 +96,13 @@ class StagePlacement:
         first_crossbar: index of its first crossbar on the chip (packing order).
         cores: the cores holding its tiles, in order.
         home: the core of its first tile (input line buffer, gathered output).
-        tile_cores: the core of each tile, in packing order (copy, matrix, column tile,
-            row tile): what the executor reads to run each tile on its core.
+        tile_cores: the core of each tile, in packing order (copy, tile set, column tile,
+            row tile; a tile set holds ``groups_per_tile`` matrices, one when not packed):
+            what the executor reads to run each tile on its core (:meth:`tile_index`).
         row_tiles: row tiles per matrix.
         col_tiles: column tiles per matrix.
         count: independent matrices per copy (groups of a grouped convolution).
+        groups_per_tile: matrices packed block-diagonally on one crossbar (1: not packed).
         tile_rows: matrix rows of each row tile.
         col_outputs: logical output columns of each column tile.
         copy_vectors: matrix-vector products each copy computes (per matrix).
@@ -121,6 +123,17 @@ class StagePlacement:
     col_outputs: tuple[int, ...] = ()
     copy_vectors: tuple[int, ...] = ()
     psum_bytes: int = 0
+    groups_per_tile: int = 1
+
+    @property
+    def tile_sets(self) -> int:
+        """Tile sets per copy: ``ceil(count / groups_per_tile)``."""
+        return -(-self.count // self.groups_per_tile)
+
+    def tile_index(self, copy: int, matrix: int, col_tile: int, row_tile: int) -> int:
+        """Position in :attr:`tile_cores` of one tile of matrix ``matrix`` of copy ``copy``."""
+        tile_set = copy * self.tile_sets + matrix // self.groups_per_tile
+        return (tile_set * self.col_tiles + col_tile) * self.row_tiles + row_tile
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,8 @@ def _place_stage(
 ) -> StagePlacement:
     """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``."""
     per_core, cores = hw.core_crossbars, hw.cores
-    row_tiles, col_tiles = matrix_tiles(m, hw)
+    packing = crossbar_tiles(m, hw)
+    row_tiles, col_tiles, per_set = packing.row_tiles, packing.col_tiles, packing.groups_per_tile
     outs = _col_tile_outputs(m.cols, col_tiles, hw)
     ab = hw.act_bytes
     psum_bytes = math.ceil((hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits) / BITS_PER_BYTE)
@@ -226,8 +240,9 @@ def _place_stage(
     tile = start
     copy_vectors = _copy_vectors(m.vectors, copies)
     for vec in copy_vectors:
-        for _g in range(m.count):
-            needed: dict[int, set[int]] = {}  # core -> row tiles of this matrix it holds
+        for first in range(0, m.count, per_set):  # a tile set: its matrices side by side
+            q = min(per_set, m.count - first)
+            needed: dict[int, set[int]] = {}  # core -> row tiles of these matrices it holds
             for j in range(col_tiles):
                 reducer = (tile // per_core) % cores
                 for i in range(row_tiles):
@@ -235,16 +250,16 @@ def _place_stage(
                     tile_cores.append(core)
                     used[core] = None
                     needed.setdefault(core, set()).add(i)
-                    flow.send(core, reducer, vec * outs[j] * psum_bytes)  # partial sums
+                    flow.send(core, reducer, q * vec * outs[j] * psum_bytes)  # partial sums
                     tile += 1
-                flow.send(reducer, home, vec * outs[j] * ab)  # output gather
+                flow.send(reducer, home, q * vec * outs[j] * ab)  # output gather
             for core, tiles in needed.items():  # input scatter from the home's line buffer
-                flow.send(home, core, vec * sum(rows[i] for i in tiles) * ab)
+                flow.send(home, core, q * vec * sum(rows[i] for i in tiles) * ab)
     return StagePlacement(
         m.ops, copies, tile - start, start, tuple(used), home,
         tile_cores=tuple(tile_cores), row_tiles=row_tiles, col_tiles=col_tiles, count=m.count,
         tile_rows=tuple(rows), col_outputs=tuple(outs), copy_vectors=tuple(copy_vectors),
-        psum_bytes=psum_bytes,
+        psum_bytes=psum_bytes, groups_per_tile=per_set,
     )  # fmt: skip
 
 
