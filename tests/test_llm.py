@@ -8,6 +8,7 @@ Metric for onnxruntime: ``max|ref - ort| / max|ort|`` on the output, float32, at
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import yaml
 
+from fusiontune.cli.main import main
 from fusiontune.errors import ModelLoadError
 from fusiontune.export.onnx_export import to_onnx
 from fusiontune.frontend.onnx_import import load_onnx
@@ -32,8 +35,12 @@ from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ops import run_fused, run_reference
 from fusiontune.ops.norm import RMS_NORM
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.reference import random_inputs, reference_run
+from fusiontune.search.api import search
+from fusiontune.sim.cost import data_moved, simulate
 from fusiontune.sim.greedy import greedy_plan
+from fusiontune.sim.hardware import load_hardware
 from fusiontune.sim.verify import verify
 
 REL_TOL = 1e-5
@@ -253,3 +260,62 @@ def test_each_decomposition_collapses_and_keeps_its_values(square: str, weight: 
 def test_a_chain_whose_intermediate_is_read_elsewhere_stays() -> None:
     graph = _norm_chain("pow", True, leak=True)
     assert collapse_rms_norms(graph) is graph
+
+
+# ---- weight streaming: weight bytes beside activation bytes ----------------------------------
+STREAMING = {"n_crossbars": 4, "weight_reload": True}
+"""sram_edge with 4 crossbars: each projection of llama_tiny (8 crossbars) is streamed, and
+at 256 tokens its partial sums overflow the buffer, so the weights are re-loaded by tiles."""
+STREAM_SEQ = 256
+
+
+def test_streamed_weights_are_counted_and_stated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = build_zoo("llama_tiny", input_size=STREAM_SEQ)
+    hw = load_hardware("sram_edge", STREAMING)
+    m = simulate(graph, unfused_plan(graph), hw)
+    moved = data_moved(m.as_dict())
+    assert m.weight_reload_bytes > 0 and m.reload_bytes >= m.weight_reload_bytes
+    assert moved["weight_bytes"] == m.weight_load_bytes + m.weight_reload_bytes
+    assert moved["weight_bytes"] + moved["activation_bytes"] == m.traffic_bytes
+    # every matrix is loaded at least once: its bytes at weight_bits are the floor
+    matmuls = [op for op in graph.ops if op.op_class is OpClass.LINEAR]
+    params = sum(graph.op_params(op) for op in matmuls)
+    assert m.weight_load_bytes == params * hw.weight_bits // 8
+    hw_file = tmp_path / "streaming.yaml"
+    hw_file.write_text(yaml.safe_dump({**hw.to_dict(), "name": "sram_edge_streaming"}))
+    assert main(["simulate", "llama_tiny", "--input-size", str(STREAM_SEQ), "--plan", "unfused",
+                 "--hw", str(hw_file)]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if ln.startswith("weights "))
+    assert f"{moved['weight_bytes']:,} B" in line and "streamed" in line
+    assert f"activations {moved['activation_bytes']:,} B" in line
+    assert main(["simulate", "llama_tiny", "--input-size", str(STREAM_SEQ), "--plan", "unfused",
+                 "--hw", str(hw_file), "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["data_moved"] == moved
+
+
+def test_resident_weights_move_no_weight_bytes() -> None:
+    graph = build_zoo("llama_tiny", input_size=8)
+    m = simulate(graph, unfused_plan(graph), load_hardware("isaac_reram"))
+    assert data_moved(m.as_dict()) == {
+        "weight_bytes": 0, "activation_bytes": m.traffic_bytes, "weight_share": 0.0,
+    }  # fmt: skip
+
+
+def test_search_summary_states_weight_and_activation_bytes(tmp_path: Path) -> None:
+    hw = load_hardware("sram_edge", STREAMING)
+    hw_file = tmp_path / "streaming.yaml"
+    hw_file.write_text(yaml.safe_dump({**hw.to_dict(), "name": "sram_edge_streaming"}))
+    result = search("llama_tiny", input_size=STREAM_SEQ, hardware=hw_file, trials=2,
+                    sampler="random", backend="serial", out=tmp_path / "out", study="w",
+                    baselines=False)  # fmt: skip
+    best = result.summary["best"]
+    row = result.trials[result.trials["trial"] == best["trial"]].iloc[0]
+    want = int(row["weight_load_bytes"]) + int(row["weight_reload_bytes"])
+    assert best["data_moved"]["weight_bytes"] == want > 0
+    assert best["data_moved"]["activation_bytes"] == int(row["traffic_bytes"]) - want
+    stored = json.loads((tmp_path / "out" / "w" / "summary.json").read_text())
+    assert stored["best"]["data_moved"] == best["data_moved"]

@@ -1,0 +1,237 @@
+"""Scale: Llama-style decoders of 2 to 64 layers through the planner and the exact optimizer.
+
+Each model is the zoo's Llama builder (``frontend/zoo_llm.py``; ``llama_tiny``'s widths:
+hidden 64, 4 heads over 2 KV heads, SwiGLU 128; RMSNorm as one STATS op) in two phases:
+``prefill`` (16 tokens, causal mask) and ``decode`` (one token against a KV cache of 16, the
+caches graph inputs and outputs). Per model, phase and attention form (``barrier``: the
+graph as built; ``fused``: after ``ft.fuse_attention``) and per hardware:
+
+- ``ops``, ``build_s`` (the builder with placeholder weights, as ``zoo_summary`` builds);
+- ``count_s``: ``count_within`` at the CLI's default budget (what ``fusiontune plans
+  --count`` spends), exact or a proven lower bound (``plans``: digits of the count);
+- ``greedy``, ``unfused``, ``optimum``: DRAM traffic of ``greedy_plan(hw)``, the unfused
+  plan and ``optimal_plan`` (stopped after ``TIME_LIMIT_S`` with a proven gap); ``opt_s``,
+  ``proven``, ``gap``; the ratios ``greedy/opt`` and ``unfused/opt`` (same run);
+- ``weight_B``, ``act_B``: the optimum's traffic split by ``sim.cost.data_moved``.
+
+Hardware: ``sram_edge_stream`` (``sram_edge`` with ``weight_reload: true``: weights are
+programmed from DRAM per inference, a matrix over the crossbars re-loaded by tiles) and the
+default preset (``HardwareConfig()``, ISAAC-like, weights resident).
+
+Also loads ``experiments/.sweep_cache/llama32_dynamo.onnx`` when present (a 32-layer
+``transformers.LlamaModel`` exported by dynamo: ``experiments/make_llama_dynamo.py`` in the
+torch environment) and runs the same measurements on it.
+
+Rows accumulate in ``results/exp_llm_scale.json`` (re-running a subset replaces its rows),
+rendered to ``results/exp_llm_scale.md`` and ``.csv``. Usage::
+
+    python experiments/exp_llm_scale.py [--layers 2 8 32 64] [--phase prefill decode]
+        [--hw sram_edge_stream default] [--attention barrier fused] [--dynamo] [--render]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from exp_common import RESULTS_DIR, print_rows, write_outputs
+
+import fusiontune as ft
+from fusiontune.frontend.onnx_import import load_onnx
+from fusiontune.frontend.zoo import _ZooBuilder
+from fusiontune.frontend.zoo_llm import (
+    TINY_FFN,
+    TINY_HEADS,
+    TINY_HIDDEN,
+    TINY_KV_HEADS,
+    TINY_SEQ,
+    build_llama_decode,
+    build_llama_prefill,
+)
+from fusiontune.ir.graph import Graph
+from fusiontune.planner.baselines import unfused_plan
+from fusiontune.planner.counting import DEFAULT_COUNT_BUDGET, count_within
+from fusiontune.planner.groups import PlannerConfig
+from fusiontune.search.optimize import optimal_plan
+from fusiontune.sim.cost import clear_cache, data_moved, simulate
+from fusiontune.sim.greedy import greedy_plan
+from fusiontune.sim.hardware import HardwareConfig, load_hardware
+
+TIME_LIMIT_S = 600.0  # the issue's goal: proven or <= 1 % gap within 10 minutes
+LAYERS = (2, 8, 32, 64)
+PHASES = ("prefill", "decode")
+ATTENTION = ("barrier", "fused")
+HARDWARE = ("sram_edge_stream", "default")
+STORE = RESULTS_DIR / "exp_llm_scale.json"
+DYNAMO_FILE = Path(__file__).resolve().parent / ".sweep_cache" / "llama32_dynamo.onnx"
+
+
+def hardware(name: str) -> HardwareConfig:
+    if name == "sram_edge_stream":
+        return load_hardware("sram_edge", {"weight_reload": True}).replace(name=name)
+    return HardwareConfig()
+
+
+def build(layers: int, phase: str) -> tuple[Graph, float]:
+    start = time.perf_counter()
+    b = _ZooBuilder(f"llama{layers}_{phase}", placeholder=True)
+    sizes = (TINY_HIDDEN, TINY_HEADS, TINY_KV_HEADS, TINY_SEQ, TINY_FFN)
+    if phase == "prefill":
+        build_llama_prefill(b, layers, *sizes)
+    else:
+        build_llama_decode(b, layers, *sizes)
+    graph = b.build()
+    return graph, time.perf_counter() - start
+
+
+def measure(
+    graph: Graph, base: dict[str, Any], attention: str, hw_names: list[str]
+) -> list[dict[str, Any]]:
+    """One row per hardware for ``graph`` (attention as a barrier or fused)."""
+    if attention == "fused":
+        start = time.perf_counter()
+        graph = ft.fuse_attention(graph)
+        base = {**base, "fuse_s": round(time.perf_counter() - start, 2)}
+    cfg = PlannerConfig()
+    start = time.perf_counter()
+    count = count_within(graph, cfg, DEFAULT_COUNT_BUDGET)
+    count_s = time.perf_counter() - start
+    plans = f"{len(str(count.value))} digits" + ("" if count.exact else " (lower bound)")
+    head = {
+        **base,
+        "attention": attention,
+        "ops": len(graph.ops),
+        "attn_ops": sum(op.op_type == "Attention" for op in graph.ops),
+        "count_s": round(count_s, 2),
+        "count_exact": count.exact,
+        "plans": plans,
+    }
+    rows = []
+    for hw_name in hw_names:
+        hw = hardware(hw_name)
+        clear_cache()
+        start = time.perf_counter()
+        greedy = simulate(graph, greedy_plan(graph, hw=hw), hw)
+        greedy_s = time.perf_counter() - start
+        unfused = simulate(graph, unfused_plan(graph), hw)
+        start = time.perf_counter()
+        result = optimal_plan(graph, hw, time_limit_s=TIME_LIMIT_S)
+        opt_s = time.perf_counter() - start
+        row: dict[str, Any] = {**head, "hw": hw_name, "greedy_s": round(greedy_s, 2)}
+        if result.plan is None:
+            row.update(status=result.status, opt_s=round(opt_s, 1))
+            rows.append(row)
+            continue
+        opt = simulate(graph, result.plan, hw)
+        moved = data_moved(opt.as_dict())
+        row.update(
+            greedy=greedy.traffic_bytes,
+            greedy_feasible=greedy.feasible,
+            unfused=unfused.traffic_bytes,
+            optimum=opt.traffic_bytes,
+            opt_s=round(opt_s, 1),
+            proven=result.proven,
+            gap=result.gap,
+            status=result.status,
+            greedy_over_opt=greedy.traffic_bytes / opt.traffic_bytes,
+            unfused_over_opt=unfused.traffic_bytes / opt.traffic_bytes,
+            weight_B=moved["weight_bytes"],
+            act_B=moved["activation_bytes"],
+            weight_share=moved["weight_share"],
+            groups=opt.n_groups,
+        )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["model"], row["phase"], row["attention"], row["hw"])
+
+
+def store(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge ``rows`` into the stored rows (same key: replaced) and save them."""
+    old = json.loads(STORE.read_text()) if STORE.exists() else []
+    new_keys = {_key(r) for r in rows}
+    merged = [r for r in old if _key(r) not in new_keys] + rows
+    order = {"prefill": 0, "decode": 1}
+    merged.sort(key=lambda r: (r["model"].startswith("dynamo"), r.get("layers", 0),
+                               order.get(r["phase"], 2), r["attention"], r["hw"]))  # fmt: skip
+    STORE.parent.mkdir(parents=True, exist_ok=True)
+    STORE.write_text(json.dumps(merged, indent=1) + "\n")
+    return merged
+
+
+COLUMNS = (
+    "model", "phase", "attention", "hw", "ops", "attn_ops", "build_s", "count_s", "count_exact",
+    "plans", "greedy_s", "opt_s", "proven", "gap", "status", "greedy_over_opt",
+    "unfused_over_opt", "optimum", "weight_B", "act_B", "weight_share", "groups",
+)  # fmt: skip
+
+
+def render(rows: list[dict[str, Any]]) -> None:
+    table = [{c: r.get(c) for c in COLUMNS} for r in rows]
+    notes = [
+        "Zoo builder widths: hidden 64, 4 heads over 2 KV heads (GQA), SwiGLU 128, RMSNorm as "
+        "one STATS op; prefill 16 tokens, decode 1 token against a 16-token KV cache. "
+        "Placeholder weights (the costs depend on shapes only).",
+        "`sram_edge_stream`: the `sram_edge` preset with `weight_reload: true` (weights "
+        "programmed from DRAM per inference); `default`: `HardwareConfig()` (ISAAC-like, "
+        "weights resident in the crossbars, so no weight bytes).",
+        f"`opt_s`: `optimal_plan(graph, hw, time_limit_s={TIME_LIMIT_S:.0f})`; `proven` true "
+        "means the optimum over all legal partitions is certified (gap 0). `count_s`: "
+        f"`count_within` at the CLI's default budget ({DEFAULT_COUNT_BUDGET:,} units).",
+        "Ratios are of DRAM traffic in bytes, measured in the same run: greedy / optimum and "
+        "unfused / optimum. `weight_B` + `act_B` = `optimum` (`sim.cost.data_moved`).",
+        "`fused`: after `ft.fuse_attention` (P5); `attn_ops` counts the fused attentions.",
+        "`dynamo32`: `transformers.LlamaModel` (32 layers, the same widths) exported by "
+        "`torch.onnx.export(dynamo=True)` (`experiments/make_llama_dynamo.py`; not committed, "
+        "8 MB) and loaded by `load_onnx` (`build_s`: the load). Its 65 decomposed RMSNorms "
+        "import as RMSNormalization ops.",
+        "Timings are wall seconds on 2 cores shared with other jobs.",
+    ]
+    write_outputs(
+        "llm_scale",
+        "Llama-style decoders at 2-64 layers: planning and exact-optimum times",
+        [("Rows", table)],
+        notes,
+    )
+    print_rows("exp_llm_scale", table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, nargs="*", default=list(LAYERS))
+    parser.add_argument("--phase", nargs="*", default=list(PHASES), choices=PHASES)
+    parser.add_argument("--attention", nargs="*", default=list(ATTENTION), choices=ATTENTION)
+    parser.add_argument("--hw", nargs="*", default=list(HARDWARE), choices=HARDWARE)
+    parser.add_argument("--dynamo", action="store_true", help="also the dynamo export")
+    parser.add_argument("--render", action="store_true", help="only rewrite the tables")
+    args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
+    if not args.render:
+        for layers in args.layers:
+            for phase in args.phase:
+                graph, build_s = build(layers, phase)
+                base = {"model": f"zoo{layers}", "layers": layers, "phase": phase,
+                        "build_s": round(build_s, 2)}  # fmt: skip
+                for attention in args.attention:
+                    rows += measure(graph, base, attention, args.hw)
+                    store(rows)
+        if args.dynamo and DYNAMO_FILE.exists():
+            start = time.perf_counter()
+            graph = load_onnx(DYNAMO_FILE)
+            base = {"model": "dynamo32", "layers": 32, "phase": "prefill",
+                    "build_s": round(time.perf_counter() - start, 2)}  # fmt: skip
+            for attention in args.attention:
+                rows += measure(graph, base, attention, args.hw)
+                store(rows)
+    merged = store(rows)
+    render(merged)
+
+
+if __name__ == "__main__":
+    main()
