@@ -21,7 +21,8 @@ import yaml
 from fusiontune.cli.main import main
 from fusiontune.errors import ModelLoadError
 from fusiontune.export.onnx_export import to_onnx
-from fusiontune.frontend.onnx_import import load_onnx
+from fusiontune.export.plan_export import export_plan
+from fusiontune.frontend.onnx_import import load_onnx, load_onnx_with_plan
 from fusiontune.frontend.onnx_rmsnorm import collapse_rms_norms
 from fusiontune.frontend.zoo import _ZooBuilder, build_zoo
 from fusiontune.frontend.zoo_llm import (
@@ -319,3 +320,15 @@ def test_search_summary_states_weight_and_activation_bytes(tmp_path: Path) -> No
     assert best["data_moved"]["activation_bytes"] == int(row["traffic_bytes"]) - want
     stored = json.loads((tmp_path / "out" / "w" / "summary.json").read_text())
     assert stored["best"]["data_moved"] == best["data_moved"]
+
+
+def test_an_exported_plan_with_rms_norms_reads_back_the_same_plan(tmp_path: Path) -> None:
+    """export_plan writes each RMSNormalization (opset 21) as its function body inside its
+    group; the import gives the op back under its name, so the plan reads back whole."""
+    graph = build_zoo("llama_tiny", input_size=8)
+    plan = greedy_plan(graph)
+    export_plan(graph, plan, tmp_path / "plan.onnx")
+    back, back_plan = load_onnx_with_plan(tmp_path / "plan.onnx")
+    assert back_plan is not None and _types(back)[RMS_NORM] == 5
+    assert len(back_plan.groups) == len(plan.groups)
+    assert simulate(back, back_plan).traffic_bytes == simulate(graph, plan).traffic_bytes
