@@ -184,6 +184,22 @@ COLUMNS = (
 )  # fmt: skip
 
 
+def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """How the optimizer's time grows with layers: zoo rows, per phase, attention and hw."""
+    out = []
+    for r in rows:
+        if not r["model"].startswith("zoo") or r["model"].endswith("_rms7"):
+            continue
+        out.append({
+            "phase": r["phase"], "attention": r["attention"], "hw": r["hw"],
+            "layers": r["layers"], "ops": r["ops"], "opt_cpu_s": r.get("opt_cpu_s"),
+            "cpu_s_per_op": (r["opt_cpu_s"] / r["ops"]) if r.get("opt_cpu_s") else None,
+            "opt_s": r.get("opt_s"), "proven": r.get("proven"), "gap": r.get("gap"),
+        })  # fmt: skip
+    out.sort(key=lambda g: (g["phase"] != "prefill", g["attention"], g["hw"], g["layers"]))
+    return out
+
+
 def render(rows: list[dict[str, Any]]) -> None:
     table = [{c: r.get(c) for c in COLUMNS} for r in rows]
     notes = [
@@ -214,7 +230,7 @@ def render(rows: list[dict[str, Any]]) -> None:
     write_outputs(
         "llm_scale",
         "Llama-style decoders at 2-64 layers: planning and exact-optimum times",
-        [("Rows", table)],
+        [("Rows", table), ("Optimizer time against layers (zoo builder)", growth(rows))],
         notes,
     )
     print_rows("exp_llm_scale", table)
