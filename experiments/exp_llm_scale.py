@@ -200,6 +200,26 @@ def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def fused_vs_barrier(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The optimum with fused attention over the optimum with attention as barriers."""
+    by_key = {_key(r): r for r in rows}
+    out = []
+    for r in rows:
+        if r["attention"] != "barrier" or not r.get("optimum"):
+            continue
+        f = by_key.get((r["model"], r["phase"], "fused", r["hw"]))
+        if f is None or not f.get("optimum"):
+            continue
+        out.append({
+            "model": r["model"], "phase": r["phase"], "hw": r["hw"],
+            "barrier_opt": r["optimum"], "fused_opt": f["optimum"],
+            "fused_over_barrier": f["optimum"] / r["optimum"],
+            "act_fused_over_barrier": f["act_B"] / r["act_B"] if r.get("act_B") else None,
+            "both_proven": bool(r.get("proven") and f.get("proven")),
+        })  # fmt: skip
+    return out
+
+
 def render(rows: list[dict[str, Any]]) -> None:
     table = [{c: r.get(c) for c in COLUMNS} for r in rows]
     notes = [
@@ -227,12 +247,16 @@ def render(rows: list[dict[str, Any]]) -> None:
         "optimizer is single-threaded), on 2 cores shared with up to a dozen other jobs "
         "(load average ~12 during the run): the CPU seconds are the fair figure.",
     ]
-    write_outputs(
-        "llm_scale",
-        "Llama-style decoders at 2-64 layers: planning and exact-optimum times",
-        [("Rows", table), ("Optimizer time against layers (zoo builder)", growth(rows))],
-        notes,
-    )
+    sections = [
+        ("Rows", table),
+        ("Optimizer time against layers (zoo builder)", growth(rows)),
+        (
+            "Fused attention against attention as barriers (optima, same run)",
+            fused_vs_barrier(rows),
+        ),
+    ]
+    title = "Llama-style decoders at 2-64 layers: planning and exact-optimum times"
+    write_outputs("llm_scale", title, sections, notes)
     print_rows("exp_llm_scale", table)
 
 
