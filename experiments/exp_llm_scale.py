@@ -251,7 +251,8 @@ def render(rows: list[dict[str, Any]]) -> None:
         "is the re-run with a 3,000 s limit.",
         "Growth: CPU seconds per op rise from about 0.011 at 8 layers to 0.02 at 32 and 0.03 "
         "at 64 (mildly superlinear: the ideals grow with the layers, each mask with the ops); "
-        "64 layers (2,945 / 3,009 ops) are proven in about 90-100 CPU seconds. The budgeted "
+        "64 layers (2,625-3,009 ops) are proven in 75-99 CPU seconds (barrier and fused on "
+        "`sram_edge_stream`, barrier on the default preset; wall 460-970 s). The budgeted "
         "count takes under 1 CPU second at every size (exact up to 2 layers, past that a "
         "proven lower bound).",
         "Traffic: greedy is within 2.3 % of the optimum in prefill and 0.2 % in decode on "
