@@ -42,7 +42,7 @@ from fusiontune.sim.hardware import HardwareConfig
 REL_TOL = 1e-5  # fused vs reference: max|fused - ref| / max|ref|, float32
 FUSED_DISTINCT = {
     "Conv", "MaxPool", "AveragePool", "BatchNormalization", "LayerNormalization",
-    "ConvTranspose", "Resize", "Attention",
+    "RMSNormalization", "ConvTranspose", "Resize", "Attention",
 }  # fmt: skip
 """Op types whose executor kernel is a second implementation (the rest run the reference)."""
 
@@ -122,6 +122,7 @@ FUSED_CASES: list[tuple[str, list[np.ndarray | None], dict[str, Any], int]] = [
         1,
     ),  # online softmax, 3 blocks
     ("LayerNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(3, 8, seed=5)], {"axis": -2}, 1),
+    ("RMSNormalization", [rnd(2, 3, 8) * 2 + 1, rnd(3, 8, seed=5)], {"axis": -2}, 1),
     # more ConvTranspose and Resize forms, band by band: tests/test_upsampling.py
     (
         "ConvTranspose",
@@ -310,7 +311,13 @@ def test_scheme_fields_are_set_on_the_ops_the_executor_tiles() -> None:
         "concatenates": {"Concat"},
         "activation_matmul": {"MatMul"},
         "pool_reduce": {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"},
-        "stats_axes": {"LayerNormalization", "Softmax", "LogSoftmax", "LpNormalization"},
+        "stats_axes": {
+            "LayerNormalization",
+            "RMSNormalization",
+            "Softmax",
+            "LogSoftmax",
+            "LpNormalization",
+        },
         "row_local": {"Gemm"},
     }
     for name, types in by_field.items():

@@ -485,6 +485,15 @@ def test_layernorm(axis: int, with_bias: bool) -> None:
     check_vs_ort(graph, feeds)
 
 
+@pytest.mark.parametrize("opset", [21, 23])  # 21: its ONNX function body; 23: the op itself
+@pytest.mark.parametrize("axis", [-1, -2, 1])
+def test_rms_normalization(axis: int, opset: int) -> None:
+    shape = (2, 3, 4, 5)
+    ins: list[A | C | None] = [A(rnd(*shape) * 2 + 1), C(rnd(*shape[axis % 4 :], seed=4))]
+    graph, feeds = single_op("RMSNormalization", ins, {"axis": axis, "epsilon": 1e-5})
+    check_vs_ort(graph, feeds, opset)
+
+
 def test_layernorm_mean_and_inv_std_outputs() -> None:
     ins: list[A | C | None] = [A(rnd(3, 8) * 2 + 1), C(rnd(8, seed=4)), C(rnd(8, seed=5))]
     graph, feeds = single_op("LayerNormalization", ins, {"axis": -1}, n_outputs=3)
@@ -1369,6 +1378,9 @@ ONE_CASE_PER_OP: dict[str, Callable[[], OpCase]] = {
     "LayerNormalization": lambda: single_op(
         "LayerNormalization", [A(rnd(2, 3, 4, 5) * 2 + 1), C(rnd(5, seed=4)), C(rnd(5, seed=5))],
         {"axis": -1, "epsilon": 1e-5},
+    ),
+    "RMSNormalization": lambda: single_op(
+        "RMSNormalization", [A(rnd(2, 3, 4, 5) * 2 + 1), C(rnd(5, seed=4))], {"epsilon": 1e-6},
     ),
     "InstanceNormalization": lambda: single_op(
         "InstanceNormalization", [A(rnd(2, 6, 4, 5) * 2 + 1), C(rnd(6, seed=1)),

@@ -132,6 +132,8 @@ def _saving(value: float, reference: float) -> float:
 def _report(
     model: str, plan_name: str, hw_name: str, plan_hash: str, m: Any, unfused: Any
 ) -> dict[str, Any]:
+    from fusiontune.sim.cost import data_moved
+
     totals = m.as_dict()
     return {
         "model": model,
@@ -147,6 +149,7 @@ def _report(
         "traffic_over_lower_bound": (
             m.traffic_bytes / m.lower_bound_bytes if m.lower_bound_bytes else None
         ),
+        "data_moved": data_moved(totals),
         "groups": m.group_rows(),
     }
 
@@ -155,6 +158,20 @@ def _versus(pct: float, amount: str) -> str:
     """A change against the unfused plan, spelled out: ``91.1 % saved (15,983,104 B)`` or
     ``4.0 % more (1.200 uJ)``; never a bare signed percentage."""
     return f"{pct:.1f} % saved ({amount})" if pct >= 0 else f"{-pct:.1f} % more ({amount})"
+
+
+def _weights_line(moved: dict[str, Any], t: dict[str, Any]) -> str:
+    """Weight bytes beside activation bytes: what dominates an LLM's traffic."""
+    weights, acts = moved["weight_bytes"], moved["activation_bytes"]
+    if not weights:
+        return f"weights      {0:>16,} B  (resident in the crossbars); activations {acts:,} B"
+    how = f"programmed {t['weight_load_bytes']:,} B"
+    if t.get("weight_reload_bytes"):
+        how += f" + re-loaded by tiles {t['weight_reload_bytes']:,} B (streamed)"
+    return (
+        f"weights      {weights:>16,} B  ({how}) = {PERCENT * moved['weight_share']:.1f} % of "
+        f"traffic; activations {acts:,} B"
+    )
 
 
 def _text(report: dict[str, Any], m: Any) -> str:
@@ -168,6 +185,7 @@ def _text(report: dict[str, Any], m: Any) -> str:
         f"traffic      {t['traffic_bytes']:>16,} B  (activations read {t['act_read_bytes']:,} B, "
         f"written {t['act_write_bytes']:,} B, weights {t['weight_load_bytes']:,} B"
         + (f", re-read by tiles {t['reload_bytes']:,} B)" if t["reload_bytes"] else ")"),
+        _weights_line(report["data_moved"], t),
         f"lower bound  {t['lower_bound_bytes']:>16,} B  (traffic is "
         f"{report['traffic_over_lower_bound']:.3f}x the bound)",
         f"energy       {t['energy_pj'] / PJ_PER_UJ:>16,.3f} uJ ({parts})",

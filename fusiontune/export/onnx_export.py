@@ -5,7 +5,9 @@ int/float lists, ndarrays become tensors). Operands that moved from attributes t
 between opsets (an OpDef's ``operand``: Reduce*/Squeeze/Unsqueeze ``axes``, Split ``split``)
 are rewritten for the target opset, and ops whose form changed otherwise (an OpDef's
 ``export``: a training-mode batch norm, Split's ``num_outputs``) are written as the
-target opset wants them, so a graph imported from an old model exports to a new one.
+target opset wants them, so a graph imported from an old model exports to a new one. An op
+newer than the target opset that has an ``expand`` (RMSNormalization before opset 23) is
+written as the older ops it expands to (:func:`spelled_ops`).
 """
 
 from __future__ import annotations
@@ -76,15 +78,19 @@ def to_onnx(
             out.node.append(dequantize)
         elif t.value is not None:
             _fill_tensor(out.initializer.add(), name, np.asarray(t.value))
-    for op in graph.ops:
-        inputs, attrs, outputs, extra = _form_for_opset(op, graph, opset)
-        for name, value in extra.items():
+    for graph_op in graph.ops:
+        spelled, constants = spelled_ops(graph_op, graph, opset)
+        for name, value in constants.items():
             _fill_tensor(out.initializer.add(), name, value)
-        _check_schema(op, opset)
-        domain = None if op.domain in _DEFAULT_DOMAINS else op.domain
-        node = helper.make_node(op.op_type, inputs, outputs, name=op.name, domain=domain)
-        node.attribute.extend(_attribute(op, k, v) for k, v in sorted(attrs.items()))
-        out.node.append(node)
+        for op in spelled:
+            inputs, attrs, outputs, extra = _form_for_opset(op, graph, opset)
+            for name, value in extra.items():
+                _fill_tensor(out.initializer.add(), name, value)
+            _check_schema(op, opset)
+            domain = None if op.domain in _DEFAULT_DOMAINS else op.domain
+            node = helper.make_node(op.op_type, inputs, outputs, name=op.name, domain=domain)
+            node.attribute.extend(_attribute(op, k, v) for k, v in sorted(attrs.items()))
+            out.node.append(node)
     out.input.extend(_value_info(graph.tensors[n]) for n in graph.inputs)
     out.output.extend(_value_info(graph.tensors[n]) for n in graph.outputs)
     data = model.SerializeToString()  # once, for the checker and the file
@@ -119,6 +125,15 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
 
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
     return helper.make_tensor_value_info(t.name, elem, list(t.shape))
+
+
+def spelled_ops(op: Op, graph: Graph, opset: int) -> tuple[list[Op], dict[str, np.ndarray]]:
+    """The ops ``op`` is written as at ``opset`` and the constants they add: the op itself, or
+    its OpDef's ``expand`` when the opset is older than the op (``onnx_since``)."""
+    d = def_of(op)
+    if d.expand is not None and d.onnx_since is not None and opset < d.onnx_since:
+        return d.expand(op, graph)
+    return [op], {}
 
 
 def _check_schema(op: Op, opset: int) -> None:

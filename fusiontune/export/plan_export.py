@@ -53,6 +53,7 @@ from fusiontune.export.onnx_export import (
     _fill_tensor,
     _form_for_opset,
     _value_info,
+    spelled_ops,
 )
 from fusiontune.frontend.embedded_plan import META, PLAN_DOMAIN, PLAN_DOMAIN_VERSION
 from fusiontune.ir.graph import Graph, Op
@@ -380,8 +381,14 @@ class _GroupBody:
             return
         self._emit_matrix(p, x, out, label)
 
-    def _emit_op(self, op: Op) -> None:
+    def _emit_op(self, graph_op: Op) -> None:
         """An op as it was, in the form the opset wants (as ``to_onnx`` writes it)."""
+        spelled, constants = spelled_ops(graph_op, self.graph, self.opset)
+        self.initializers.update(constants)
+        for op in spelled:
+            self._emit_node(op)
+
+    def _emit_node(self, op: Op) -> None:
         from onnx import helper
 
         inputs, attrs, outputs, extra = _form_for_opset(op, self.graph, self.opset)

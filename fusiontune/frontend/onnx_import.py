@@ -12,7 +12,12 @@ The pipeline, top to bottom:
    shapes come from the op registry (:func:`~fusiontune.ops.infer_op_shapes`), or from
    ``onnx.shape_inference`` for the ops it does not know (a two-input ``Sum`` becomes the
    equivalent ``Add``, so residual sums are BINARY);
-5. warn once about op types the IR does not know (they load as OPAQUE), build and lint.
+5. warn once about op types the IR does not know (they load as OPAQUE), build, give each
+   decomposed RMSNorm back its one op (:mod:`fusiontune.frontend.onnx_rmsnorm`) and lint.
+
+Ops newer than the opsets converted to (an OpDef's ``onnx_since``: RMSNormalization, opset
+23) pass the version converter in a private domain (:data:`KEEP_DOMAIN`) and are read back
+as the default-domain op.
 
 :func:`load_onnx_with_plan` also reads back the plan a model exported by
 :func:`~fusiontune.export.plan_export.export_plan` spells: each top-level node (a group's
@@ -39,11 +44,12 @@ from fusiontune.errors import FusiontuneError, ModelLoadError
 from fusiontune.frontend.onnx_attention import expand_attention_ops
 from fusiontune.frontend.onnx_functions import inline_local_functions
 from fusiontune.frontend.onnx_quant import expand_quantized_ops, folded_grid
+from fusiontune.frontend.onnx_rmsnorm import collapse_rms_norms
 from fusiontune.frontend.onnx_schema import node_problem
 from fusiontune.ir.graph import Graph, Op, Tensor
 from fusiontune.ir.opclass import OpClass
 from fusiontune.ir.quant import QuantParams
-from fusiontune.ops import KNOWN_OP_TYPES, def_of, fold_output_elements, infer_op_shapes
+from fusiontune.ops import KNOWN_OP_TYPES, def_of, fold_output_elements, infer_op_shapes, op_def
 
 if TYPE_CHECKING:
     from fusiontune.planner.plan import Plan
@@ -54,6 +60,10 @@ MAX_OPSET = 21
 """Newest default-domain opset read directly (opsets 11-21 are supported)."""
 
 DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
+KEEP_DOMAIN = "fusiontune.newer_ops"
+"""Domain a default-domain op newer than :data:`MAX_OPSET` (OpDef ``onnx_since``) takes
+through the version converter, which has no earlier version of it; read back as default."""
+KEEP_DOMAIN_VERSION = 1
 
 NONDETERMINISTIC_TYPES = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
@@ -190,12 +200,33 @@ def _default_opset(model: onnx.ModelProto) -> int | None:
     return None
 
 
+def _keep_newer_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its default-domain nodes of ops newer than :data:`MAX_OPSET` moved to
+    :data:`KEEP_DOMAIN` (the model itself when there are none)."""
+
+    def newer(node: onnx.NodeProto) -> bool:
+        since = op_def(node.op_type).onnx_since
+        return node.domain in DEFAULT_DOMAINS and since is not None and since > MAX_OPSET
+
+    if not any(newer(n) for n in model.graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if newer(node):
+            node.domain = KEEP_DOMAIN
+    out.opset_import.append(onnx.helper.make_opsetid(KEEP_DOMAIN, KEEP_DOMAIN_VERSION))
+    return out
+
+
 def _convert_opset(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
     version = _default_opset(model)
     if version is None:
         raise ModelLoadError(f"{path}: imports no default-domain (ai.onnx) opset")
     if MIN_OPSET <= version <= MAX_OPSET:
         return model
+    if version > MAX_OPSET:
+        model = _keep_newer_ops(model)
     target = MIN_OPSET if version < MIN_OPSET else MAX_OPSET
     try:
         from onnx import version_converter
@@ -481,7 +512,7 @@ class _Importer:
             )
         g = Graph(self.path.stem, self.tensors, tuple(self.ops), tuple(self.inputs), tuple(outputs))
         try:
-            return g.lint()
+            return collapse_rms_norms(g).lint()
         except FusiontuneError as exc:
             raise self.fail(f"the imported graph is inconsistent: {exc}") from None
 
@@ -755,7 +786,7 @@ class _Importer:
         return names
 
     def _import_node(self, node: onnx.NodeProto, name: str) -> None:
-        domain = "" if node.domain in DEFAULT_DOMAINS else node.domain
+        domain = "" if node.domain in DEFAULT_DOMAINS | {KEEP_DOMAIN} else node.domain
         for t in node.input:
             if t and t not in self.constants and t not in self.tensors:
                 raise self.fail(

@@ -1,9 +1,11 @@
 """Llama-style decoder graphs for the zoo: prefill and decode, in the ops of a plain ONNX export.
 
-Every piece is decomposed into ops the registry already has, in the form the Hugging Face
-Llama export writes them:
+Every piece is in ops the registry has, in the form the Hugging Face Llama export writes
+them:
 
-- RMSNorm: ``Pow(x, 2)`` -> ``ReduceMean(-1)`` -> ``Add(eps)`` -> ``Sqrt`` -> ``Reciprocal``
+- RMSNorm: one ``RMSNormalization`` op (ONNX opset 23, STATS; what the importer makes of an
+  export's decomposition), or with ``rms_op=False`` the decomposition HF's TorchScript export
+  writes: ``Pow(x, 2)`` -> ``ReduceMean(-1)`` -> ``Add(eps)`` -> ``Sqrt`` -> ``Reciprocal``
   -> ``Mul(x)`` -> ``Mul(weight)``.
 - RoPE (rotate-half): ``x * cos + Concat(-x2, x1) * sin`` with ``x1, x2 = Split(x, -1)`` and
   constant cos/sin tables of shape ``[seq, head_dim]`` (``Split`` instead of two ``Slice``
@@ -22,11 +24,13 @@ outside the crossbars and is left out); the output is the final RMSNorm's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fusiontune.errors import ModelLoadError
+from fusiontune.ops.norm import RMS_NORM
 
 if TYPE_CHECKING:
     from fusiontune.frontend.zoo import _ZooBuilder
@@ -78,7 +82,18 @@ def _check_config(layers: int, hidden: int, heads: int, kv_heads: int, seq: int,
         )
 
 
+def _rms_weight(b: _ZooBuilder, n: int, name: str) -> str:
+    return b.const(f"{name}.weight", (1.0 + 0.1 * b.rng.standard_normal(n)).astype(np.float32))
+
+
 def _rmsnorm(b: _ZooBuilder, x: str, name: str) -> str:
+    """RMSNorm over the last axis as one op (STATS)."""
+    w = _rms_weight(b, b.shape(x)[-1], name)
+    return b.op(RMS_NORM, [x, w], {"axis": -1, "epsilon": RMS_EPSILON}, name=name)
+
+
+def _rmsnorm_decomposed(b: _ZooBuilder, x: str, name: str) -> str:
+    """RMSNorm as HF's TorchScript export writes it (seven ops; the same weights)."""
     n = b.shape(x)[-1]
     two = b.const(f"{name}.pow.exponent", np.float32(2.0))
     sq = b.op("Pow", [x, two], name=f"{name}.pow")
@@ -87,8 +102,14 @@ def _rmsnorm(b: _ZooBuilder, x: str, name: str) -> str:
     rms = b.op("Sqrt", [b.op("Add", [mean, eps], name=f"{name}.eps")], name=f"{name}.sqrt")
     inv = b.op("Reciprocal", [rms], name=f"{name}.reciprocal")
     y = b.op("Mul", [x, inv], name=f"{name}.normalize")
-    w = b.const(f"{name}.weight", (1.0 + 0.1 * b.rng.standard_normal(n)).astype(np.float32))
-    return b.op("Mul", [y, w], name=f"{name}.scale")
+    return b.op("Mul", [y, _rms_weight(b, n, name)], name=f"{name}.scale")
+
+
+NormFn = Callable[["_ZooBuilder", str, str], str]
+
+
+def _norm(rms_op: bool) -> NormFn:
+    return _rmsnorm if rms_op else _rmsnorm_decomposed
 
 
 def _rope(b: _ZooBuilder, x: str, cos: str, sin: str, name: str) -> str:
@@ -123,6 +144,7 @@ def _decoder_layer(
     ffn: int,
     p: str,
     past: tuple[str, str] | None = None,
+    norm: NormFn = _rmsnorm,
 ) -> tuple[str, str, str]:
     """One pre-RMSNorm Llama layer (attention + SwiGLU, residual each).
 
@@ -138,7 +160,7 @@ def _decoder_layer(
         t = b.reshape(t, (batch, seq, n_heads, d), name=f"{name}.split")
         return b.op("Transpose", [t], {"perm": (0, 2, 1, 3)}, name=f"{name}.heads")
 
-    h = _rmsnorm(b, x, f"{p}input_norm")
+    h = norm(b, x, f"{p}input_norm")
     q = split(b.matmul(h, hidden, bias=False, name=f"{p}attn.q"), heads, f"{p}attn.q")
     k = split(b.matmul(h, kv_heads * d, bias=False, name=f"{p}attn.k"), kv_heads, f"{p}attn.k")
     v = split(b.matmul(h, kv_heads * d, bias=False, name=f"{p}attn.v"), kv_heads, f"{p}attn.v")
@@ -161,7 +183,7 @@ def _decoder_layer(
     ctx = b.op("Transpose", [ctx], {"perm": (0, 2, 1, 3)}, name=f"{p}attn.merge")
     ctx = b.reshape(ctx, (batch, seq, hidden), name=f"{p}attn.merge.reshape")
     x = b.add(b.matmul(ctx, hidden, bias=False, name=f"{p}attn.o"), x, name=f"{p}attn.residual")
-    h = _rmsnorm(b, x, f"{p}post_norm")
+    h = norm(b, x, f"{p}post_norm")
     gate = b.matmul(h, ffn, bias=False, name=f"{p}mlp.gate")
     silu = b.op("Mul", [gate, b.op("Sigmoid", [gate], name=f"{p}mlp.sigmoid")], name=f"{p}mlp.silu")
     up = b.matmul(h, ffn, bias=False, name=f"{p}mlp.up")
@@ -179,6 +201,7 @@ def build_llama_prefill(
     seq: int,
     ffn: int,
     batch: int = 1,
+    rms_op: bool = True,
 ) -> str:
     """Add a Llama-style decoder's prefill (``seq`` tokens at once) to an empty builder.
 
@@ -191,6 +214,8 @@ def build_llama_prefill(
         seq: prompt length N (causal mask ``[N, N]``, RoPE positions ``0..N-1``).
         ffn: SwiGLU intermediate width.
         batch: batch size.
+        rms_op: RMSNorm as one ``RMSNormalization`` op; ``False``: decomposed (module
+            docstring), with the same weights.
 
     Returns:
         The output tensor's name (the final RMSNorm, ``[batch, seq, hidden]``).
@@ -207,9 +232,10 @@ def build_llama_prefill(
         b.const("rope.sin", sin_t),
         b.table("attn.causal_mask", (seq, seq), lambda: causal_mask(seq)),
     )
+    norm = _norm(rms_op)
     for i in range(layers):
-        x, _, _ = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.")
-    return _rmsnorm(b, x, "final_norm")
+        x, _, _ = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.", None, norm)
+    return norm(b, x, "final_norm")
 
 
 def build_llama_decode(
@@ -221,6 +247,7 @@ def build_llama_decode(
     cache: int,
     ffn: int,
     batch: int = 1,
+    rms_op: bool = True,
 ) -> list[str]:
     """Add one decode step of the same decoder (one new token after ``cache`` cached ones).
 
@@ -228,7 +255,8 @@ def build_llama_decode(
     layer ``l{i}.past_key`` and ``l{i}.past_value`` ``[batch, kv_heads, cache, d]``. Graph
     outputs: the final RMSNorm ``[batch, 1, hidden]``, then per layer the updated caches
     (``Concat`` of past and new, ``[batch, kv_heads, cache + 1, d]``). RoPE is at position
-    ``cache``; no mask (the one query may see every cached key).
+    ``cache``; no mask (the one query may see every cached key). ``rms_op`` as in
+    :func:`build_llama_prefill`.
 
     Returns:
         The output tensors' names, in the graph's output order.
@@ -249,10 +277,13 @@ def build_llama_decode(
     cos_t, sin_t = rope_tables(1, d, start=cache)
     tables = (b.const("rope.cos", cos_t), b.const("rope.sin", sin_t), None)
     presents: list[str] = []
+    norm = _norm(rms_op)
     for i in range(layers):
-        x, k, v = _decoder_layer(b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.", pasts[i])
+        x, k, v = _decoder_layer(
+            b, x, tables, batch, heads, kv_heads, ffn, f"l{i}.", pasts[i], norm
+        )
         presents += [k, v]
-    outputs = [_rmsnorm(b, x, "final_norm"), *presents]
+    outputs = [norm(b, x, "final_norm"), *presents]
     b.output(*outputs)
     return outputs
 

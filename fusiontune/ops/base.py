@@ -48,6 +48,10 @@ ExportFn = Callable[
     tuple[list[str], dict[str, Any], list[str]],
 ]
 """``export(op, graph, opset, inputs, attrs, outputs)``: the op's ONNX form at ``opset``."""
+ExpandFn = Callable[["Op", "Graph"], tuple[list["Op"], dict[str, "Array"]]]
+"""``expand(op, graph) -> (ops, constants)``: the op spelled in ops every supported opset has
+(their names and new tensors prefixed by the op's name, the op's own output last), and the
+constants they read that the graph does not hold."""
 FoldFn = Callable[[Sequence["Array | None"]], "int | None"]
 """``fold_elements(values)``: elements of the output of the op constant-folded on ``values``
 (its inputs in ONNX order, ``None`` for an omitted optional input), for an op whose output
@@ -250,6 +254,10 @@ class OpDef:
     ONNX files:
         operand: an attribute that became an input at some opset (the exporter moves it).
         export: the op's ONNX form at an opset, where it is more than moving ``operand``.
+        onnx_since: the first ONNX opset that has the op, for an op newer than the opsets the
+            importer converts to: the importer keeps its nodes through the conversion, and the
+            exporter writes ``expand`` at an opset before it.
+        expand: the op spelled in older ops (:data:`ExpandFn`), for ``onnx_since``.
         out_dtypes: dtype of an output by index where it is not the data input's dtype.
         dtype_attr: attribute holding the ONNX element type of output 0 (Cast's ``to``).
         data_input: the input whose dtype the outputs take (Where: 1).
@@ -298,6 +306,8 @@ class OpDef:
     reorders: bool = False
     operand: OperandMove | None = None
     export: ExportFn | None = None
+    onnx_since: int | None = None
+    expand: ExpandFn | None = None
     out_dtypes: Mapping[int, str] = field(default_factory=dict)
     dtype_attr: str | None = None
     data_input: int = 0

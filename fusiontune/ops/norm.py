@@ -11,14 +11,22 @@ statistics and coefficients in float64 and round once; the reference computes in
 Capacity (DESIGN §5 rule 7): a STATS op whose input is produced inside its group holds
 what its statistics range over until the second pass: the whole input for a batch-statistics
 BatchNormalization (N and the spatial axes of every channel), one sample for Instance and
-Group normalization, one slice ``shape[axis:]`` for LayerNormalization, Softmax, LogSoftmax
-and LpNormalization, and an accumulator of the output's size for a Reduce*.
+Group normalization, one slice ``shape[axis:]`` for Layer- and RMSNormalization, Softmax,
+LogSoftmax and LpNormalization, and an accumulator of the output's size for a Reduce*.
+
+RMSNormalization (ONNX opset 23; Llama's RMSNorm) is one STATS op like LayerNormalization.
+Below opset 23 it is written as its ONNX function body (``expand``), and
+:func:`match_rms_norm` recognises that body and the exporters' other spellings of it
+(``Pow(x, 2)`` or ``Mul(x, x)`` -> ``ReduceMean`` -> ``Add(eps)`` -> ``Sqrt`` ->
+``Reciprocal`` + ``Mul(x, .)`` or ``Div(x, .)`` -> optional ``Mul(scale)``), so the importer
+can give every form the one op back (``frontend/onnx_rmsnorm.py``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -233,6 +241,202 @@ def _layernorm_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shape
     return out[:n_out]
 
 
+# ---- RMSNormalization (opset 23) -------------------------------------------------------------
+RMS_NORM = "RMSNormalization"
+"""Op type the zoo's decoders emit (``frontend/zoo_llm.py``)."""
+RMS_NORM_OPSET = 23
+"""The first ONNX opset with RMSNormalization."""
+
+
+def _rms_axes(op: Op, rank: int) -> tuple[int, ...]:
+    return tuple(range(attr_i(op, "axis") % rank, rank))
+
+
+def _rmsnorm(op: Op, inputs: Inputs) -> list[Array]:
+    """``x / sqrt(mean(x², axes) + epsilon) * scale`` over ``axis`` and the axes after it."""
+    x, scale = inputs[0], inputs[1]
+    assert x is not None and scale is not None
+    mean_sq = np.mean(x * x, axis=_rms_axes(op, x.ndim), keepdims=True)
+    rms = np.sqrt(mean_sq + np.asarray(attr_f(op, "epsilon"), x.dtype))
+    return [(x / rms * scale).astype(x.dtype, copy=False)]
+
+
+def _rmsnorm_fused(op: Op, inputs: Inputs) -> list[Array]:
+    """Fused: float64 mean of squares and 1/rms, rounded once."""
+    x, scale = inputs[0], inputs[1]
+    assert x is not None and scale is not None
+    mean_sq = np.mean(np.square(x, dtype=np.float64), axis=_rms_axes(op, x.ndim), keepdims=True)
+    inv = (1.0 / np.sqrt(mean_sq + attr_f(op, "epsilon"))).astype(DTYPE)
+    return [(x * inv * scale).astype(DTYPE)]
+
+
+def _rmsnorm_shape(op: Op, tensors: Tensors, ins: Shapes, n_out: int) -> Shapes:
+    x = ins[0]
+    assert x is not None
+    norm_axis(attr_i(op, "axis"), len(x), op)
+    return [tuple(x)]
+
+
+def _rmsnorm_expand(op: Op, graph: Graph) -> tuple[list[Op], dict[str, Array]]:
+    """The ONNX function body of RMSNormalization-23: ``Mul(x, x)`` -> ``ReduceMean`` ->
+    ``Add(epsilon)`` -> ``Sqrt`` -> ``Div(x, rms)`` -> ``Mul(scale)``."""
+    from fusiontune.ir.graph import Op
+
+    x, scale = op.inputs[0], op.inputs[1]
+    rank = len(graph.tensors[x].shape)
+    p = op.name
+    eps = f"{p}.epsilon"
+
+    def step(kind: str, ins: tuple[str, ...], out: str, **attrs: Any) -> Op:
+        return Op(f"{p}.{kind.lower()}", kind, ins, (out,), attrs)
+
+    ops = [
+        step("Mul", (x, x), f"{p}.square"),
+        step("ReduceMean", (f"{p}.square",), f"{p}.mean", axes=_rms_axes(op, rank), keepdims=1),
+        step("Add", (f"{p}.mean", eps), f"{p}.mean_eps"),
+        step("Sqrt", (f"{p}.mean_eps",), f"{p}.rms"),
+        step("Div", (x, f"{p}.rms"), f"{p}.normalized"),
+        Op(p, "Mul", (f"{p}.normalized", scale), op.outputs),  # the op's name: a re-import
+    ]  # gives the one op back under it
+    return ops, {eps: np.asarray(attr_f(op, "epsilon"), DTYPE)}
+
+
+@dataclass(frozen=True)
+class RmsNormMatch:
+    """A decomposed RMSNorm found by :func:`match_rms_norm`.
+
+    Attributes:
+        ops: the decomposition's op names, in the graph's order (the last one writes
+            ``output``).
+        x: the normalized activation.
+        axis: the first normalized axis, negative (``-1``: the last axis only).
+        epsilon: the constant added to the mean of squares.
+        scale: the weight over the normalized axes (``x.shape[axis:]``; ones without a
+            weight ``Mul``).
+        scale_tensor: the graph's constant holding exactly ``scale``, if there is one.
+        output: the tensor the decomposition writes.
+    """
+
+    ops: tuple[str, ...]
+    x: str
+    axis: int
+    epsilon: float
+    scale: Array
+    scale_tensor: str | None
+    output: str
+
+
+def _scalar_const(graph: Graph, name: str) -> float | None:
+    t = graph.tensors.get(name)
+    if t is None or t.value is None or np.asarray(t.value).size != 1:
+        return None
+    return float(np.asarray(t.value).reshape(-1)[0])
+
+
+def _sole_consumer(graph: Graph, tensor: str, op_types: tuple[str, ...]) -> Op | None:
+    """The one op reading ``tensor`` when its type is one of ``op_types`` and the tensor is
+    not a graph output (it then lives inside the decomposition only)."""
+    readers = graph.consumers(tensor)
+    if tensor in graph.outputs or len(readers) != 1 or readers[0].domain:
+        return None
+    return readers[0] if readers[0].op_type in op_types else None
+
+
+def _other(op: Op, tensor: str) -> str | None:
+    """The other input of a two-input op one of whose inputs is ``tensor``."""
+    if len(op.inputs) != 2 or tensor not in op.inputs:
+        return None
+    a, b = op.inputs
+    return b if a == tensor else a
+
+
+def _square_of(graph: Graph, op: Op | None) -> str | None:
+    """x of ``Pow(x, 2)`` or ``Mul(x, x)``."""
+    if op is None or op.domain:
+        return None
+    if op.op_type == "Pow" and len(op.inputs) == 2 and _scalar_const(graph, op.inputs[1]) == 2.0:
+        return op.inputs[0]
+    if op.op_type == "Mul" and len(op.inputs) == 2 and op.inputs[0] == op.inputs[1]:
+        return op.inputs[0]
+    return None
+
+
+def _trailing_axes(graph: Graph, mean: Op, rank: int) -> int | None:
+    """The first axis of a ReduceMean over the trailing axes with keepdims, negative."""
+    if attr_i(mean, "keepdims") != 1:
+        return None
+    axes = mean.attr("axes")
+    if axes is None and len(mean.inputs) > 1 and mean.inputs[1]:
+        value = graph.tensors[mean.inputs[1]].value
+        axes = None if value is None else np.asarray(value).reshape(-1)
+    if axes is None or not len(axes):
+        return None
+    norm = sorted(int(a) % rank for a in axes)
+    if norm != list(range(norm[0], rank)):
+        return None
+    return norm[0] - rank
+
+
+def match_rms_norm(graph: Graph, mean: Op) -> RmsNormMatch | None:
+    """The decomposed RMSNorm whose ``ReduceMean`` is ``mean``, or ``None`` (module docstring).
+
+    Every intermediate tensor must be read by the next op of the chain only (and be no graph
+    output); the epsilon is a one-element constant; the weight, a constant that varies over
+    the normalized axes only (anything else is left as the chain's output, unscaled).
+    """
+    if mean.op_type != "ReduceMean" or mean.domain or not mean.inputs:
+        return None
+    sq = mean.inputs[0]
+    x = _square_of(graph, graph.producer(sq))
+    if x is None or graph.is_constant(x) or len(graph.consumers(sq)) != 1 or sq in graph.outputs:
+        return None
+    shape = graph.tensors[x].shape
+    if graph.tensors[x].dtype != "float32" or not shape:
+        return None
+    axis = _trailing_axes(graph, mean, len(shape))
+    add = _sole_consumer(graph, mean.outputs[0], ("Add",))
+    if axis is None or add is None:
+        return None
+    eps_name = _other(add, mean.outputs[0])
+    eps = None if eps_name is None else _scalar_const(graph, eps_name)
+    sqrt = _sole_consumer(graph, add.outputs[0], ("Sqrt",))
+    if eps is None or sqrt is None:
+        return None
+    ops = [graph.producer_map[sq], mean.name, add.name, sqrt.name]
+    step = _sole_consumer(graph, sqrt.outputs[0], ("Reciprocal", "Div"))
+    if step is None:
+        return None
+    if step.op_type == "Reciprocal":  # x * (1 / rms)
+        ops.append(step.name)
+        inv = step.outputs[0]
+        step = _sole_consumer(graph, inv, ("Mul",))
+        if step is None or sorted(step.inputs) != sorted((x, inv)):
+            return None
+    elif step.inputs != (x, sqrt.outputs[0]):  # x / rms
+        return None
+    ops.append(step.name)
+    normalized = step.outputs[0]
+    norm_shape = shape[len(shape) + axis :]
+    scale, scale_tensor = np.ones(norm_shape, DTYPE), None
+    weigh = _sole_consumer(graph, normalized, ("Mul",))
+    w_name = None if weigh is None else _other(weigh, normalized)
+    w = None if w_name is None else graph.tensors[w_name]
+    if weigh is not None and w is not None and w.value is not None:
+        value = np.asarray(w.value)
+        lead = value.shape[: max(0, value.ndim - len(norm_shape))]
+        try:
+            fits = np.broadcast_shapes(value.shape, shape) == shape
+        except ValueError:
+            fits = False
+        if fits and value.dtype == DTYPE and all(d == 1 for d in lead):
+            trailing = value.reshape(value.shape[len(lead) :])
+            scale = np.ascontiguousarray(np.broadcast_to(trailing, norm_shape))
+            scale_tensor = w_name if value.shape == norm_shape else None
+            ops.append(weigh.name)
+            normalized = weigh.outputs[0]
+    return RmsNormMatch(tuple(ops), x, axis, eps, scale, scale_tensor, normalized)
+
+
 def _instancenorm(op: Op, inputs: Inputs) -> list[Array]:
     x, scale, bias = inputs[:3]
     assert x is not None and scale is not None and bias is not None
@@ -425,6 +629,18 @@ OPS: tuple[OpDef, ...] = (
         fused=_layernorm_fused,
         held=_one_slice,
         stats_axes=_from_axis,
+    ),
+    OpDef(
+        RMS_NORM,
+        _STATS,
+        {**_NORM_EPS, **_AXIS_LAST, "stash_type": 1},
+        shape=_rmsnorm_shape,
+        reference=_rmsnorm,
+        fused=_rmsnorm_fused,
+        held=_one_slice,
+        stats_axes=_from_axis,
+        onnx_since=RMS_NORM_OPSET,
+        expand=_rmsnorm_expand,
     ),
     OpDef(
         "InstanceNormalization",

@@ -15,6 +15,7 @@ from fusiontune.search.problem import Problem
 from fusiontune.search.records import TrialRecord
 from fusiontune.search.space import ADDITIVE_OBJECTIVES
 from fusiontune.search.store import StudyStore
+from fusiontune.sim.cost import data_moved
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -205,6 +206,7 @@ def build_summary(
                 k: best.metrics.get(k)
                 for k in (metric, "energy_pj", "cycles", "area_mm2", "lower_bound_bytes")
             },
+            "data_moved": data_moved(best.metrics),
             "hardware": _hardware_summary(best, problem),
             **({"plan_certificate": best.solver} if best.solver else {}),
         },

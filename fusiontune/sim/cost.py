@@ -11,7 +11,9 @@ The evaluation reads as a short list of stages, per group:
    (:mod:`fusiontune.sim.tiling`); the inputs its tiles re-read count as activation reads
    (the executor's DMA counts them). With
    ``hw.weight_reload``, a matrix larger than the crossbars adds the re-reads of a tiled
-   schedule (``reload_bytes``; :func:`fusiontune.sim.groupmodel.weight_reload`).
+   schedule (``reload_bytes``, of which ``weight_reload_bytes`` are weights, the rest
+   inputs; :func:`fusiontune.sim.groupmodel.weight_reload`). :func:`data_moved` splits the
+   traffic into weight and activation bytes (the numbers an LLM's weight streaming needs).
 2. **crossbar mapping** — each weight matrix (:mod:`fusiontune.sim.needs`) of ``rows x cols``
    is bit-sliced into ``cols * weight_slices`` physical columns and tiled onto
    ``ceil(rows / R) * ceil(cols * weight_slices / C)`` crossbars (times ``count`` for grouped
@@ -90,6 +92,7 @@ class CostFields:
     act_write_bytes: int
     weight_load_bytes: int
     reload_bytes: int
+    weight_reload_bytes: int
     act_traffic_bytes: int
     traffic_bytes: int
     dram_read_bytes: int
@@ -194,6 +197,26 @@ class Metrics(CostFields):
     def group_rows(self) -> list[dict[str, Any]]:
         """One flat dict per group (the ``groups`` table)."""
         return [g.as_dict() for g in self.groups]
+
+
+def data_moved(totals: Mapping[str, Any]) -> dict[str, Any]:
+    """DRAM traffic split into weights and activations, from a plan's totals (``as_dict``).
+
+    ``weight_bytes`` = weights programmed from DRAM (``weight_load_bytes``) + their re-loads
+    by a weight-tiled schedule (``weight_reload_bytes``); ``activation_bytes`` = the rest of
+    ``traffic_bytes`` (activations read and written, inputs re-read by tiles);
+    ``weight_share`` = ``weight_bytes / traffic_bytes`` (0 for no traffic). Totals stored
+    before ``weight_reload_bytes`` existed count every re-read as an activation byte.
+    """
+    traffic = int(totals.get("traffic_bytes") or 0)
+    weights = int(totals.get("weight_load_bytes") or 0) + int(
+        totals.get("weight_reload_bytes") or 0
+    )
+    return {
+        "weight_bytes": weights,
+        "activation_bytes": traffic - weights,
+        "weight_share": weights / traffic if traffic else 0.0,
+    }
 
 
 # ---- cache --------------------------------------------------------------------------------

@@ -51,8 +51,9 @@ MAX_MODELS = 32  # (graph, hardware) models kept alive at once
 
 # additive integer counts and additive float energies, in this order in a group's vector
 INT_FIELDS = (
-    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "reload_bytes", "act_traffic_bytes",
-    "traffic_bytes", "dram_read_bytes", "dram_write_bytes", "buffer_access_bytes",
+    "act_read_bytes", "act_write_bytes", "weight_load_bytes", "reload_bytes",
+    "weight_reload_bytes", "act_traffic_bytes", "traffic_bytes", "dram_read_bytes",
+    "dram_write_bytes", "buffer_access_bytes",
     "macs", "cell_ops", "adc_conversions", "dac_drives", "digital_ops", "programmed_cells",
     "compute_cycles", "memory_cycles", "cycles",
 )  # fmt: skip
@@ -602,7 +603,8 @@ class GroupModel:
             buffer_needed, peak, over_buffer = self._buffer(s, group_mask, mode, exact_buffer)
         over_crossbars = crossbars > hw.n_crossbars and (hw.weights_resident or n_matrices > 1)
         values = (
-            act_read, act_write, weight_load, reload, act_read + act_write, dram_bytes,
+            act_read, act_write, weight_load, reload, reload_weights, act_read + act_write,
+            dram_bytes,
             act_read + weight_load + reload, act_write, buffer_access, macs, cell_ops,
             conversions, drives,
             digital, programmed, compute, memory, cycles,
