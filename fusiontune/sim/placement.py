@@ -24,18 +24,25 @@ A one-core chip gives no network bytes and one core whose peak is the flat model
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fusiontune.errors import ConfigError
+from fusiontune.ops.window import Window, pad_for_window
 from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.needs import WeightMatrix, group_needs
-from fusiontune.sim.structure import group_order, group_structure
+from fusiontune.sim.rows import RowKind, row_elems
+from fusiontune.sim.structure import Node, group_order, group_structure, node_row_map
+from fusiontune.sim.tiling import singleton_tiling
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
@@ -105,6 +112,9 @@ class StagePlacement:
         col_outputs: logical output columns of each column tile.
         copy_vectors: matrix-vector products each copy computes (per matrix).
         psum_bytes: bytes of one partial sum sent between cores.
+        line_channels: for a convolution whose cores form their own windows, ``(core,
+            channels)`` per core other than the home: the input channels its line buffer
+            keeps (the rows of those channels it receives from the home).
     """
 
     ops: tuple[str, ...]
@@ -121,6 +131,7 @@ class StagePlacement:
     col_outputs: tuple[int, ...] = ()
     copy_vectors: tuple[int, ...] = ()
     psum_bytes: int = 0
+    line_channels: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -197,23 +208,156 @@ def _copy_vectors(vectors: int, copies: int) -> list[int]:
     return [base + (k < extra) for k in range(copies)]
 
 
+@dataclass(frozen=True)
+class ConvInput:
+    """The input of a convolution whose windows the receiving cores form themselves.
+
+    Attributes:
+        tensor: its input tensor.
+        shape: that tensor's shape ``(N, C, *spatial)``.
+        window: the op's full window geometry.
+        channels_per_matrix: input channels of one of its ``count`` matrices (``C / group``).
+    """
+
+    tensor: str
+    shape: tuple[int, ...]
+    window: Window
+    channels_per_matrix: int
+
+    @property
+    def kernel_elems(self) -> int:
+        return math.prod(self.window.kernel)
+
+
+def conv_inputs(graph: Graph, nodes: list[Node]) -> dict[str, ConvInput]:
+    """The convolutions among a group's compiled nodes whose bands run tile by tile (a
+    ``WINDOW`` node with a convolution's weights), by node name; the executor's
+    ``cores_run.matrix_operands`` takes the same ones."""
+    out: dict[str, ConvInput] = {}
+    for node in nodes:
+        p = node.linear
+        if p is None or p.kind != "conv":
+            continue
+        rm = node_row_map(graph, node)
+        if rm.kind is not RowKind.WINDOW or rm.window is None:
+            continue
+        x = node.inputs[0]
+        shape = tuple(graph.tensors[x].shape)
+        out[node.name] = ConvInput(x, shape, rm.window, int(p.weight.shape[1]))
+    return out
+
+
+def touched_inputs(conv: ConvInput, first: int, last: int, offsets: int = -1) -> np.ndarray:
+    """Which input positions ``(N, *spatial)`` the windows of output vectors
+    ``[first, last)`` read (vectors numbered image by image, pixels in row-major order) at the
+    kernel offsets of the bit mask ``offsets`` (bit ``o``: offset ``o`` in row-major order;
+    default all). Each image's vectors are followed over the band of rows they span only."""
+    n, spatial, win = conv.shape[0], conv.shape[2:], conv.window
+    per_row = math.prod(win.out_spatial[1:])
+    per_image = win.out_spatial[0] * per_row
+    touched = np.zeros((n, *spatial), dtype=bool)
+    for image in range(first // per_image, min(n, -(-last // per_image))):
+        f = max(first - image * per_image, 0)
+        t = min(last - image * per_image, per_image)
+        if t <= f:
+            continue
+        a, b = f // per_row, -(-t // per_row)
+        band, lo, hi = win.band(a, b, spatial[0])
+        out = np.zeros((1, 1, *band.out_spatial), dtype=bool)
+        out.reshape(-1)[f - a * per_row : t - a * per_row] = True
+        rows = np.zeros((1, 1, hi - lo, *spatial[1:]), dtype=bool)
+        padded = pad_for_window(rows, band, 0.0).copy()
+        for o, offs in enumerate(itertools.product(*(range(k) for k in band.kernel))):
+            if offsets >> o & 1:  # the strided slice of the padded input offset ``o`` reads
+                sl = tuple(
+                    slice(q * d, q * d + (m - 1) * st + 1, st)
+                    for q, d, m, st in zip(offs, band.dilations, band.out_spatial, band.strides)
+                )
+                at = (slice(None), slice(None), *sl)
+                padded[at] |= out
+        crop = tuple(slice(p, p + d) for p, d in zip(band.pads_begin, rows.shape[2:]))
+        inside = (0, 0, *crop)
+        touched[image, lo:hi] |= padded[inside]
+    return touched
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_reads(kk: int, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """``(channel, kernel offsets as a bit mask)`` matrix rows ``[lo, hi)`` read."""
+    out = []
+    for c in range(lo // kk, (hi - 1) // kk + 1):
+        a, b = max(lo, c * kk) - c * kk, min(hi, (c + 1) * kk) - c * kk
+        out.append((c, ((1 << b) - 1) ^ ((1 << a) - 1)))
+    return tuple(out)
+
+
+def _tile_reads(conv: ConvInput, g: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """``(input channel, kernel offsets as a bit mask)`` that matrix rows ``[lo, hi)`` of
+    matrix ``g`` read (im2col rows are channel-major: ``channel * kernel + offset``)."""
+    base = g * conv.channels_per_matrix
+    return [(base + c, bits) for c, bits in _row_reads(conv.kernel_elems, lo, hi)]
+
+
+def _scatter_rows(
+    conv: ConvInput,
+    wants: Mapping[int, Mapping[int, Mapping[int, int]]],
+    copy_vectors: list[int],
+) -> dict[int, int]:
+    """Input elements each receiving core gets, once each: ``wants`` core -> input channel ->
+    copy -> the kernel offsets (bit mask) its tiles on that core read; a core receives, per
+    channel, the union of the positions those windows read (``docs/cores.md``)."""
+    starts = [sum(copy_vectors[:k]) for k in range(len(copy_vectors) + 1)]
+    masks: dict[tuple[int, int], np.ndarray] = {}
+    union: dict[frozenset[tuple[int, int]], int] = {}
+    out: dict[int, int] = {}
+    for core, channels in wants.items():
+        by_reads: dict[frozenset[tuple[int, int]], int] = {}
+        for reads in channels.values():
+            key = frozenset(reads.items())
+            by_reads[key] = by_reads.get(key, 0) + 1
+        total = 0
+        for key, n_channels in by_reads.items():
+            if key not in union:
+                acc = None
+                for k, offsets in key:
+                    if (k, offsets) not in masks:
+                        masks[k, offsets] = touched_inputs(conv, starts[k], starts[k + 1], offsets)
+                    mask = masks[k, offsets]
+                    acc = mask if acc is None else acc | mask
+                union[key] = int(acc.sum()) if acc is not None else 0
+            total += n_channels * union[key]
+        out[core] = total
+    return out
+
+
 def _place_stage(
-    m: WeightMatrix, copies: int, start: int, hw: HardwareConfig, flow: _Flow
+    m: WeightMatrix,
+    copies: int,
+    start: int,
+    hw: HardwareConfig,
+    flow: _Flow,
+    conv: ConvInput | None = None,
 ) -> StagePlacement:
-    """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``."""
+    """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``.
+
+    ``conv``: the stage is a convolution whose other cores receive input *rows* (each input
+    element once per core, :func:`_scatter_rows`) and form their windows in their own line
+    buffers; without it each core receives its rows of every vector it computes."""
     per_core, cores = hw.core_crossbars, hw.cores
     row_tiles, col_tiles = matrix_tiles(m, hw)
     outs = _col_tile_outputs(m.cols, col_tiles, hw)
     ab = hw.act_bytes
     psum_bytes = math.ceil((hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits) / BITS_PER_BYTE)
     rows = [min(hw.crossbar_rows, m.rows - i * hw.crossbar_rows) for i in range(row_tiles)]
+    row_at = [i * hw.crossbar_rows for i in range(row_tiles)]
     home = (start // per_core) % cores
     used: dict[int, None] = {}
     tile_cores: list[int] = []
     tile = start
     copy_vectors = _copy_vectors(m.vectors, copies)
-    for vec in copy_vectors:
-        for _g in range(m.count):
+    wants: dict[int, dict[int, dict[int, int]]] = {}  # core -> channel -> copy -> offsets
+    for k, vec in enumerate(copy_vectors):
+        for g in range(m.count):
             needed: dict[int, set[int]] = {}  # core -> row tiles of this matrix it holds
             for j in range(col_tiles):
                 reducer = (tile // per_core) % cores
@@ -226,12 +370,25 @@ def _place_stage(
                     tile += 1
                 flow.send(reducer, home, vec * outs[j] * ab)  # output gather
             for core, tiles in needed.items():  # input scatter from the home's line buffer
-                flow.send(home, core, vec * sum(rows[i] for i in tiles) * ab)
+                if conv is None:
+                    flow.send(home, core, vec * sum(rows[i] for i in tiles) * ab)
+                elif core != home:
+                    mine = wants.setdefault(core, {})
+                    for i in tiles:
+                        for c, bits in _tile_reads(conv, g, row_at[i], row_at[i] + rows[i]):
+                            reads = mine.setdefault(c, {})
+                            reads[k] = reads.get(k, 0) | bits
+    line_channels: tuple[tuple[int, int], ...] = ()
+    if conv is not None:
+        assert m.vectors == math.prod((conv.shape[0], *conv.window.out_spatial)), m.ops
+        for core, elems in _scatter_rows(conv, wants, copy_vectors).items():
+            flow.send(home, core, elems * ab)
+        line_channels = tuple((core, len(chs)) for core, chs in sorted(wants.items()))
     return StagePlacement(
         m.ops, copies, tile - start, start, tuple(used), home,
         tile_cores=tuple(tile_cores), row_tiles=row_tiles, col_tiles=col_tiles, count=m.count,
         tile_rows=tuple(rows), col_outputs=tuple(outs), copy_vectors=tuple(copy_vectors),
-        psum_bytes=psum_bytes,
+        psum_bytes=psum_bytes, line_channels=line_channels,
     )  # fmt: skip
 
 
@@ -309,13 +466,22 @@ def _place_group(
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
     cursor = start
+    tiled = len(group.ops) == 1 and singleton_tiling(graph, group, hw) is not None
+    convs = {} if tiled else conv_inputs(graph, group_structure(graph, group))
+    shares: dict[str, dict[int, int]] = {}  # tensor -> core -> elements per row it keeps
     for m in group_needs(graph, group).matrices:
         if spread:
             cursor = core_aligned(cursor, hw)
-        stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow)
+        conv = convs.get(m.ops[0]) if len(m.ops) == 1 else None
+        stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow, conv)
         cursor += stage.crossbars
         stages.append(stage)
         home.update(dict.fromkeys(m.ops, stage.home))
+        if conv is not None:
+            per_channel = row_elems(graph, conv.tensor) // conv.shape[1]
+            mine = shares.setdefault(conv.tensor, {})
+            for core, channels in stage.line_channels:
+                mine[core] = mine.get(core, 0) + channels * per_channel
     members = set(group.ops)
     ops = [op for op in graph.ops if op.name in members]
     producer = graph.producer_map
@@ -347,7 +513,11 @@ def _place_group(
     totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
     needed = int(totals.buffer_needed_bytes or 0)  # what group_cost reports
     holders = tensor_cores(graph, group, home)
-    charge = _charge_buffers(graph, group, hw, home, holders, needed)
+    for t, mine in shares.items():  # a core holding the whole rows needs no share of them
+        for core in holders.get(t, ()):
+            mine.pop(core, None)
+    shares = {t: mine for t, mine in shares.items() if mine}
+    charge = _charge_buffers(graph, group, hw, home, holders, needed, shares)
     violations = [
         f"group {_name(group)}: core {core} holds {b} B at its peak, its buffer "
         f"(core_buffer_bytes = buffer_bytes / cores) is {hw.core_buffer_bytes} B"
@@ -391,17 +561,24 @@ def _charge_buffers(
     home: Mapping[str, int],
     holders: Mapping[str, tuple[int, ...]],
     needed: int,
+    shares: Mapping[str, Mapping[int, int]],
 ) -> dict[int, int]:
     """Each core's peak bytes over the group's schedule (``docs/cores.md``, placement step
     5): the row-counter replay of :mod:`fusiontune.sim.capacity` with each tensor's rows on
-    the cores holding it and an op's accumulators on its own core. ``needed``: the group
-    model's ``buffer_needed_bytes`` (a singleton's, maybe tiled through DRAM: all on its core).
+    the cores holding it, a convolution's line buffers on its other cores (``shares``: tensor
+    -> core -> elements of each row it keeps) and an op's accumulators on its own core.
+    ``needed``: the group model's ``buffer_needed_bytes`` (a singleton's, maybe tiled through
+    DRAM: all on its core; its other cores hold their line buffers).
     """
-    if len(group.ops) == 1:
+    if len(group.ops) == 1 and not shares:
         return {home[group.ops[0]]: needed}
     nodes = group_structure(graph, group)
-    peaks = core_peaks(graph, group, nodes, holders, {n.name: home[n.name] for n in nodes})
-    return {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
+    node_core = {n.name: home[n.name] for n in nodes}
+    peaks = core_peaks(graph, group, nodes, holders, node_core, shares)
+    charge = {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
+    if len(group.ops) == 1:
+        charge[home[group.ops[0]]] = needed
+    return charge
 
 
 def _name(group: Group) -> str:
