@@ -51,6 +51,7 @@ def check_cores(graph: Graph, plan: Plan, run: Execution, hw: HardwareConfig) ->
     """Measured NoC bytes, byte-hops and per-core peaks against the model."""
     m = simulate(graph, plan, hw)
     assert (run.noc_bytes, run.noc_byte_hops) == (m.noc_bytes, m.noc_byte_hops)
+    assert run.noc_cycles == m.noc_cycles  # the busiest link of each group, as routed XY
     assert run.dram_read_bytes == m.act_read_bytes  # DRAM as on the flat chip
     assert run.dram_write_bytes == m.act_write_bytes
     assert len(run.core_peak_buffer_bytes) == len(m.core_peak_buffer_bytes) == hw.cores

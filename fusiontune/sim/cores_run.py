@@ -45,11 +45,14 @@ from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.placement import (
     ConvInput,
+    Link,
     PlacedGroup,
     StagePlacement,
     conv_inputs,
     hops,
+    noc_cycles,
     place_plan,
+    route,
 )
 from fusiontune.sim.rows import RowKind, RowMap
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, OnChip, _Slot
@@ -71,12 +74,24 @@ class Network:
         self.byte_hops = 0
         self._dealt: dict[tuple[str, ...], int] = {}  # stage -> vectors computed so far
         self._received: dict[tuple[tuple[str, ...], int], Array] = {}  # input ids per core
+        self.links: dict[Link, int] = {}  # bytes each link carried
+        self._routes: dict[tuple[int, int], list[Link]] = {}
 
     def send(self, src: int, dst: int, n_bytes: int) -> None:
         """One transfer of ``n_bytes`` from core ``src`` to core ``dst``."""
         if src != dst and n_bytes:
             self.bytes += n_bytes
             self.byte_hops += n_bytes * hops(self.hw, src, dst)
+            path = self._routes.get((src, dst))
+            if path is None:
+                path = self._routes[src, dst] = route(self.hw, src, dst)
+            for link in path:
+                self.links[link] = self.links.get(link, 0) + n_bytes
+
+    @property
+    def max_link_bytes(self) -> int:
+        """The bytes of the busiest link (each transfer routed XY, link by link)."""
+        return max(self.links.values(), default=0)
 
     def tiles(self, stage: StagePlacement, out_elems: int) -> None:
         """A LINEAR stage computed ``out_elems`` output elements: the transfers between its
@@ -266,12 +281,14 @@ class CoreStats:
         core_peak_bytes: each core's peak (cores holding anything).
         noc_bytes: bytes sent between cores.
         noc_byte_hops: those bytes times their hops.
+        noc_max_link_bytes: the bytes of its busiest link.
     """
 
     stats: GroupStats
     core_peak_bytes: Mapping[int, int]
     noc_bytes: int
     noc_byte_hops: int
+    noc_max_link_bytes: int = 0
 
 
 class CoreGroupRunner(GroupRunner):
@@ -483,11 +500,13 @@ def run_group_on_cores(
         stage = next((s for s in placed.stages if s.ops[0] == node.name), None)
         if stage is not None:  # its output elements, as the DMA wrote them
             network.tiles(stage, dram.write_bytes[index] // dram.act_bytes)
-        return CoreStats(stats, {core: stats.peak_bytes}, network.bytes, network.byte_hops)
+        return CoreStats(stats, {core: stats.peak_bytes}, network.bytes, network.byte_hops,
+                         network.max_link_bytes)  # fmt: skip
     runner = CoreGroupRunner(graph, index, label, nodes, stored, dram, placed, hw, network,
                              band_rows, matmul, band_elems=band_elems)  # fmt: skip
     stats = runner.run()
-    return CoreStats(stats, runner.core_peaks(), network.bytes, network.byte_hops)
+    return CoreStats(stats, runner.core_peaks(), network.bytes, network.byte_hops,
+                     network.max_link_bytes)  # fmt: skip
 
 
 class ManyCore:
@@ -501,6 +520,7 @@ class ManyCore:
         self.core_peaks = [0] * hw.cores
         self.noc_bytes = 0
         self.noc_byte_hops = 0
+        self.noc_cycles = 0
 
     def run(
         self,
@@ -535,6 +555,7 @@ class ManyCore:
             self.core_peaks[core] = max(self.core_peaks[core], peak)
         self.noc_bytes += got.noc_bytes
         self.noc_byte_hops += got.noc_byte_hops
+        self.noc_cycles += noc_cycles(self.hw, got.noc_max_link_bytes)
         return got.stats
 
     def measured(self) -> dict[str, Any]:
@@ -542,5 +563,6 @@ class ManyCore:
         return {
             "noc_bytes": self.noc_bytes,
             "noc_byte_hops": self.noc_byte_hops,
+            "noc_cycles": self.noc_cycles,
             "core_peak_buffer_bytes": tuple(self.core_peaks),
         }

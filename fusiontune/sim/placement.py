@@ -71,6 +71,46 @@ def hops(hw: HardwareConfig, a: int, b: int) -> int:
     return abs(xa - xb) + abs(ya - yb)
 
 
+Link = tuple[tuple[int, int], tuple[int, int]]
+"""A directed link between two neighbouring routers, by grid position (``BUS`` on a bus)."""
+BUS: Link = ((-1, -1), (-1, -1))
+
+
+def route(hw: HardwareConfig, a: int, b: int) -> list[Link]:
+    """The links a transfer from core ``a`` to core ``b`` crosses: dimension-order (XY)
+    routing over the router grid (x first, then y); on a bus the one shared link; none for
+    two cores under one router."""
+    if a == b:
+        return []
+    if hw.topology == "bus":
+        return [BUS]
+    (x, y), (xb, yb) = router_xy(hw, a), router_xy(hw, b)
+    links: list[Link] = []
+    while x != xb:
+        nx = x + (1 if xb > x else -1)
+        links.append(((x, y), (nx, y)))
+        x = nx
+    while y != yb:
+        ny = y + (1 if yb > y else -1)
+        links.append(((x, y), (x, ny)))
+        y = ny
+    return links
+
+
+def link_bytes(hw: HardwareConfig, pairs: Mapping[tuple[int, int], int]) -> dict[Link, int]:
+    """Bytes each link carries, for ``pairs``: ``(source core, destination core) -> bytes``."""
+    out: dict[Link, int] = {}
+    for (a, b), n_bytes in pairs.items():
+        for link in route(hw, a, b):
+            out[link] = out.get(link, 0) + n_bytes
+    return out
+
+
+def noc_cycles(hw: HardwareConfig, max_link_bytes: int) -> int:
+    """Cycles the busiest link needs: ``ceil(max_link_bytes / noc_link_bytes_per_cycle)``."""
+    return -(-max_link_bytes // hw.noc_link_bytes_per_cycle) if max_link_bytes else 0
+
+
 def matrix_tiles(m: WeightMatrix, hw: HardwareConfig) -> tuple[int, int]:
     """``(row_tiles, col_tiles)`` of one of ``m``'s ``count`` matrices on ``hw``'s crossbars."""
     row_tiles = math.ceil(m.rows / hw.crossbar_rows)
@@ -148,6 +188,9 @@ class PlacedGroup:
         violations: why the group does not fit (empty when it does).
         tensor_cores: the cores holding each tensor's rows in the group (its readers' cores;
             the producer's for a tensor no op of the group reads).
+        noc_max_link_bytes: the bytes of the group's busiest link (XY routes).
+        noc_cycles: ``ceil(noc_max_link_bytes / noc_link_bytes_per_cycle)``: the cycles the
+            network needs for the group (``docs/cores.md``, "NoC bandwidth").
     """
 
     ops: tuple[str, ...]
@@ -158,6 +201,8 @@ class PlacedGroup:
     core_buffer_bytes: Mapping[int, int]
     violations: tuple[str, ...]
     tensor_cores: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    noc_max_link_bytes: int = 0
+    noc_cycles: int = 0
 
 
 @dataclass(frozen=True)
@@ -190,17 +235,24 @@ class PlacedPlan:
 
 # ---- placement ------------------------------------------------------------------------------
 class _Flow:
-    """Network transfers of one group: bytes and byte-hops."""
+    """Network transfers of one group: bytes, byte-hops and bytes per (source, destination)."""
 
     def __init__(self, hw: HardwareConfig) -> None:
         self.hw = hw
         self.bytes = 0
         self.byte_hops = 0
+        self.pairs: dict[tuple[int, int], int] = {}
 
     def send(self, src: int, dst: int, n_bytes: int) -> None:
         if src != dst and n_bytes:
             self.bytes += n_bytes
             self.byte_hops += n_bytes * hops(self.hw, src, dst)
+            self.pairs[src, dst] = self.pairs.get((src, dst), 0) + n_bytes
+
+    @property
+    def max_link_bytes(self) -> int:
+        """The bytes of the busiest link (XY routes, :func:`route`)."""
+        return max(link_bytes(self.hw, self.pairs).values(), default=0)
 
 
 def _copy_vectors(vectors: int, copies: int) -> list[int]:
@@ -524,6 +576,7 @@ def _place_group(
         for core, b in sorted(charge.items())
         if b > hw.core_buffer_bytes
     ]
+    busiest = flow.max_link_bytes
     return PlacedGroup(
         ops=group.ops,
         stages=tuple(stages),
@@ -533,6 +586,8 @@ def _place_group(
         core_buffer_bytes=charge,
         violations=tuple(violations),
         tensor_cores=holders,
+        noc_max_link_bytes=busiest,
+        noc_cycles=noc_cycles(hw, busiest),
     )
 
 
