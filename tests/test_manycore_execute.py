@@ -25,6 +25,7 @@ from fusiontune.planner.baselines import random_plan, unfused_plan
 from fusiontune.planner.plan import Group, Mode, Plan
 from fusiontune.reference import random_inputs
 from fusiontune.search.optimize import optimal_plan
+from fusiontune.sim import cores_run
 from fusiontune.sim.cost import simulate
 from fusiontune.sim.execute import Execution, execute
 from fusiontune.sim.greedy import greedy_plan
@@ -50,6 +51,7 @@ def check_cores(graph: Graph, plan: Plan, run: Execution, hw: HardwareConfig) ->
     """Measured NoC bytes, byte-hops and per-core peaks against the model."""
     m = simulate(graph, plan, hw)
     assert (run.noc_bytes, run.noc_byte_hops) == (m.noc_bytes, m.noc_byte_hops)
+    assert run.noc_cycles == m.noc_cycles  # the busiest link of each group, as routed XY
     assert run.dram_read_bytes == m.act_read_bytes  # DRAM as on the flat chip
     assert run.dram_write_bytes == m.act_write_bytes
     assert len(run.core_peak_buffer_bytes) == len(m.core_peak_buffer_bytes) == hw.cores
@@ -100,9 +102,10 @@ def test_two_stage_chain_measured_hand_computed() -> None:
     run = execute(graph, plan, random_inputs(graph), hw=hw, band_rows=1)
     assert (run.noc_bytes, run.noc_byte_hops) == (3584, 4608)
     check_cores(graph, plan, run, hw)
-    # conv1's input rows sit on its home (core 0), conv1's output rows on conv2's (core 2)
+    # conv1's input rows sit on its home (core 0), conv1's output rows on conv2's (core 2);
+    # core 1 (conv1's second column tile) keeps its line buffer: one row of the 128 channels
     assert run.core_peak_buffer_bytes[0] > 0 and run.core_peak_buffer_bytes[2] > 0
-    assert run.core_peak_buffer_bytes[1] == run.core_peak_buffer_bytes[3] == 0
+    assert run.core_peak_buffer_bytes[1] == 128 * 4 and run.core_peak_buffer_bytes[3] == 0
 
 
 def test_replicated_copies_split_the_vectors() -> None:
@@ -114,6 +117,59 @@ def test_replicated_copies_split_the_vectors() -> None:
     (stage, _) = placed.groups[0].stages
     assert stage.copies == 2 and stage.copy_vectors == (8, 8)
     assert len(stage.tile_cores) == 4  # 2 copies x 2 column tiles
+
+
+def _conv3() -> Graph:
+    """x (1,16,4,4) -> 3x3 conv 16->8 (pad 1): 144 matrix rows, two row tiles of 128 + 16."""
+    b = GraphBuilder("conv3")
+    x = b.input("x", (1, 16, 4, 4))
+    b.conv(x, 8, 3, bias=False, name="conv")
+    return b.build()
+
+
+def test_row_scatter_sends_each_input_element_once_per_core() -> None:
+    """Row tile 1 (rows 128..143: channel 14 at offsets 2..8, channel 15) sits on core 1. Its
+    windows read all 16 positions of both channels: it receives 2 x 16 input elements, once
+    each, and keeps a line buffer of 3 rows of those 2 channels (2 x 4 x 3 B), where im2col
+    vectors would ship 16 vectors x 16 rows. Partial sums: 16 vectors x 8 columns x 2 B."""
+    graph = _conv3()
+    hw = HardwareConfig(n_crossbars=2, buffer_bytes=2 * 65536, cores=2, mesh_width=2)
+    plan = Plan((Group(("conv",), Mode.SINGLE),))
+    placed = place_plan(graph, plan, hw)
+    assert placed.groups[0].stages[0].line_channels == ((1, 2),)
+    assert (placed.noc_bytes, placed.noc_byte_hops) == (2 * 16 + 16 * 8 * 2,) * 2
+    run = execute(graph, plan, random_inputs(graph), hw=hw, band_rows=1)
+    check_cores(graph, plan, run, hw)
+    assert run.core_peak_buffer_bytes[1] == 2 * 4 * 3
+
+
+def test_replicated_convolution_cores_receive_their_windows_rows_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two copies of the 3x3 conv on 4 cores: copy 1 (output rows 2, 3) receives only input
+    rows 1..3 on its cores; any band height sends the same elements (``execute`` places
+    without replication: the executor is handed the replicated placement)."""
+    graph = _conv3()
+    hw = HardwareConfig(n_crossbars=4, buffer_bytes=4 * 65536, cores=4, mesh_width=2)
+    plan = Plan((Group(("conv",), Mode.SINGLE),))
+    placed = place_plan(graph, plan, hw, replication={"conv": 2})
+    (stage,) = placed.groups[0].stages
+    assert stage.tile_cores == (0, 1, 2, 3) and stage.copy_vectors == (8, 8)
+    psums = 2 * 8 * 8 * 2  # row tile 1 of each copy, 8 vectors each
+    gather = 8 * 8  # copy 1's outputs to the home
+    # core 1 (copy 0, output rows 0, 1): rows 0..2 of channels 14 and 15, 4 columns each;
+    # core 2 (copy 1, rows 2, 3): rows 1..3 of channels 0..13, and channel 14 at offsets
+    # (0, 0), (0, 1) only: rows 1, 2; core 3: channel 15's rows 1..3, and channel 14 at
+    # offsets 2..8: rows 2, 3 and, through offset (0, 2) only, columns 1..3 of row 1
+    scatter = 2 * 12 + (14 * 12 + 8) + (12 + 8 + 3)
+    assert placed.noc_bytes == psums + gather + scatter
+    monkeypatch.setattr(cores_run, "place_plan", lambda g, p, h: placed)
+    inputs = random_inputs(graph)
+    for band_rows in (1, 2, 4):
+        run = execute(graph, plan, inputs, hw=hw, band_rows=band_rows)
+        assert (run.noc_bytes, run.noc_byte_hops) == (placed.noc_bytes, placed.noc_byte_hops)
+        if band_rows == 1:  # the one-row schedule: the model's
+            assert run.core_peak_buffer_bytes == placed.core_peak_buffer_bytes
 
 
 def test_per_core_peak_is_the_true_peak_not_the_share_at_the_group_peak() -> None:

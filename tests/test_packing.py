@@ -85,7 +85,8 @@ def test_group_cost_follows_the_packing() -> None:
 
 def test_placement_packs_groups_onto_one_crossbar() -> None:
     """Depthwise 32 channels on 4 cores of 1 crossbar: 3 crossbars on cores 0, 1, 2 (14, 14,
-    4 channels); scatter and gather of each group to and from home core 0."""
+    4 channels); scatter (input rows: each of a group's 6 x 6 input elements once) and gather
+    (its 6 x 6 outputs) of each group to and from home core 0."""
     graph = _conv(32, 32)
     hw = HardwareConfig(n_crossbars=4, buffer_bytes=4 * 65536, cores=4)
     plan = Plan((Group(("conv",), Mode.SINGLE),))
@@ -97,7 +98,8 @@ def test_placement_packs_groups_onto_one_crossbar() -> None:
         0, 0, 1, 1, 2, 2,
     ]  # fmt: skip
     vectors = 36  # 6 x 6 outputs
-    moved = (14 + 4) * vectors * (9 + 1)  # the other cores' groups: 9 inputs in, 1 output back
+    inputs = 6 * 6  # a channel's input, sent once to the core forming its windows
+    moved = (14 + 4) * (inputs + vectors)  # the other cores' groups: rows in, outputs back
     assert placed.groups[0].noc_bytes == moved
 
 

@@ -281,7 +281,9 @@ def clear_cache() -> None:
 # ---- the same schedule, core by core (many-core chips, docs/cores.md) -----------------------
 class _CoreReplay(_Replay):
     """The replay with each tensor's rows on the cores holding them (every holder keeps its
-    own copy) and an op's scratch (partial row, accumulator) on the op's core."""
+    own copy), a share of them on the cores of ``shares`` (a convolution's line buffers on
+    its other cores: elements of each row) and an op's scratch (partial row, accumulator) on
+    the op's core."""
 
     def __init__(
         self,
@@ -290,10 +292,12 @@ class _CoreReplay(_Replay):
         stored: list[str],
         holders: Mapping[str, tuple[int, ...]],
         node_core: Mapping[str, int],
+        shares: Mapping[str, Mapping[int, int]] | None = None,
     ) -> None:
         super().__init__(graph, nodes, stored)
         self.holders = holders
         self.node_core = node_core
+        self.shares = shares or {}
         self.core_used: dict[int, int] = {}
         self.core_peak: dict[int, int] = {}
 
@@ -307,12 +311,16 @@ class _CoreReplay(_Replay):
     def _add_rows(self, t: _Tensor, rows: int) -> None:
         super()._add_rows(t, rows)
         self._charge(self.holders[t.name], rows * t.row)
+        for core, per_row in self.shares.get(t.name, {}).items():
+            self._charge((core,), rows * per_row)
 
     def _drop_below(self, t: _Tensor, row: int) -> None:
-        freed = (min(row, t.hi) - t.lo) * t.row
+        rows = min(row, t.hi) - t.lo
         super()._drop_below(t, row)
-        if freed > 0:
-            self._charge(self.holders[t.name], -freed)
+        if rows > 0:
+            self._charge(self.holders[t.name], -rows * t.row)
+            for core, per_row in self.shares.get(t.name, {}).items():
+                self._charge((core,), -rows * per_row)
 
     def _scratch(self, node: Node, elems: int, tensor: str, acc: bool = False) -> None:
         super()._scratch(node, elems, tensor, acc)
@@ -329,6 +337,7 @@ def core_peaks(
     nodes: list[Node],
     holders: Mapping[str, tuple[int, ...]],
     node_core: Mapping[str, int],
+    shares: Mapping[str, Mapping[int, int]] | None = None,
 ) -> dict[int, int]:
     """Each core's peak elements under the one-row schedule (not cached; the placement is).
 
@@ -338,8 +347,10 @@ def core_peaks(
         nodes: its compiled nodes (:func:`~fusiontune.sim.structure.group_structure`).
         holders: tensor -> the cores holding its rows (each holder keeps its own copy).
         node_core: node name -> the core it computes on (its scratch lives there).
+        shares: tensor -> core -> elements of each of its rows that core also keeps (a
+            convolution's line buffer on a core holding some of its tiles).
     """
-    replay = _CoreReplay(graph, nodes, stored_tensors(graph, group), holders, node_core)
+    replay = _CoreReplay(graph, nodes, stored_tensors(graph, group), holders, node_core, shares)
     replay.run()
     return dict(replay.core_peak)
 

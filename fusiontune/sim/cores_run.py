@@ -43,7 +43,17 @@ from fusiontune.ir.graph import Graph
 from fusiontune.ops.linear import LinearParams, MatmulFn, im2col, matmul_float
 from fusiontune.planner.plan import Group, Plan
 from fusiontune.sim.hardware import HardwareConfig
-from fusiontune.sim.placement import PlacedGroup, StagePlacement, hops, place_plan
+from fusiontune.sim.placement import (
+    ConvInput,
+    Link,
+    PlacedGroup,
+    StagePlacement,
+    conv_inputs,
+    hops,
+    noc_cycles,
+    place_plan,
+    route,
+)
 from fusiontune.sim.rows import RowKind, RowMap
 from fusiontune.sim.runner import Dram, GroupRunner, GroupStats, OnChip, _Slot
 from fusiontune.sim.structure import Node
@@ -63,12 +73,25 @@ class Network:
         self.bytes = 0
         self.byte_hops = 0
         self._dealt: dict[tuple[str, ...], int] = {}  # stage -> vectors computed so far
+        self._received: dict[tuple[tuple[str, ...], int], Array] = {}  # input ids per core
+        self.links: dict[Link, int] = {}  # bytes each link carried
+        self._routes: dict[tuple[int, int], list[Link]] = {}
 
     def send(self, src: int, dst: int, n_bytes: int) -> None:
         """One transfer of ``n_bytes`` from core ``src`` to core ``dst``."""
         if src != dst and n_bytes:
             self.bytes += n_bytes
             self.byte_hops += n_bytes * hops(self.hw, src, dst)
+            path = self._routes.get((src, dst))
+            if path is None:
+                path = self._routes[src, dst] = route(self.hw, src, dst)
+            for link in path:
+                self.links[link] = self.links.get(link, 0) + n_bytes
+
+    @property
+    def max_link_bytes(self) -> int:
+        """The bytes of the busiest link (each transfer routed XY, link by link)."""
+        return max(self.links.values(), default=0)
 
     def tiles(self, stage: StagePlacement, out_elems: int) -> None:
         """A LINEAR stage computed ``out_elems`` output elements: the transfers between its
@@ -86,34 +109,51 @@ class Network:
                 self._copy(stage, copy, hi - lo)
             start += quota
 
-    def tile_products(self, stage: StagePlacement, x: Array, w: Array) -> Array:
+    def tile_products(
+        self,
+        stage: StagePlacement,
+        x: Array,
+        w: Array,
+        order: Array | None = None,
+        ids: Array | None = None,
+    ) -> Array:
         """Run the stage's crossbar tiles on one band: ``x`` ``(count, vectors, rows)`` the
         input vectors at the home, ``w`` ``(count, rows, cols)`` the matrices. Each tile's core
-        receives its rows of its copy's vectors (scatter), computes its partial sums and sends
-        them to the core of row tile 0 of its column tile, which adds them and sends the
-        column tile's outputs home (gather); every transfer is counted from the array moved.
-        Returns the gathered products ``(count, vectors, cols)`` (no bias)."""
+        receives its inputs (scatter), computes its partial sums and sends them to the core of
+        row tile 0 of its column tile, which adds them and sends the column tile's outputs home
+        (gather); every transfer is counted from the array moved. Returns the gathered products
+        ``(count, vectors, cols)`` (no bias).
+
+        ``order``: each vector's number in the whole op (a convolution's: image by image,
+        pixels in row-major order; default: the vectors dealt so far, in order), which decides
+        its copy. ``ids``: like ``x``, the input element each entry of a vector is (``-1`` for
+        padding): the receiving core then gets each input element once (the first band that
+        needs it) and forms its windows from its line buffer; without ``ids`` it receives its
+        rows of every vector."""
         self._check_tiles(stage)
         count, vectors, _ = x.shape
-        done = self._dealt.get(stage.ops, 0)
-        self._dealt[stage.ops] = done + vectors
+        if order is None:
+            done = self._dealt.get(stage.ops, 0)
+            self._dealt[stage.ops] = done + vectors
+            order = np.arange(done, done + vectors)
+        starts = np.cumsum((0, *stage.copy_vectors))
+        copy_of = np.searchsorted(starts, order, side="right") - 1
         rt, ct, ab = stage.row_tiles, stage.col_tiles, self.hw.act_bytes
         r_at = [sum(stage.tile_rows[:i]) for i in range(rt + 1)]
         c_at = [sum(stage.col_outputs[:j]) for j in range(ct + 1)]
         out = np.zeros((count, vectors, c_at[-1]), dtype=np.float64)
-        start = 0
-        for copy, quota in enumerate(stage.copy_vectors):  # vectors [start, start+quota)
-            lo, hi = max(start, done) - done, min(start + quota, done + vectors) - done
-            start += quota
-            if hi <= lo:
+        for copy in range(stage.copies):
+            sel = np.flatnonzero(copy_of == copy)
+            if not sel.size:
                 continue
+            xs = x[:, sel]
             sent: list[dict[int, set[int]]] = [{} for _ in range(count)]  # core -> row tiles
             for j in range(ct):
                 cols = slice(c_at[j], c_at[j + 1])
-                acc = np.zeros((count, hi - lo, c_at[j + 1] - c_at[j]), dtype=np.float64)
+                acc = np.zeros((count, sel.size, c_at[j + 1] - c_at[j]), dtype=np.float64)
                 for i in range(rt):
                     rows = slice(r_at[i], r_at[i + 1])
-                    part = np.matmul(x[:, lo:hi, rows], w[:, rows, cols], dtype=np.float64)
+                    part = np.matmul(xs[:, :, rows], w[:, rows, cols], dtype=np.float64)
                     for g in range(count):  # partial sums to the reducer
                         core = stage.tile_cores[stage.tile_index(copy, g, j, i)]
                         sent[g].setdefault(core, set()).add(i)
@@ -123,12 +163,34 @@ class Network:
                 for g in range(count):  # the column tile's outputs to the home
                     reducer = stage.tile_cores[stage.tile_index(copy, g, j, 0)]
                     self.send(reducer, stage.home, acc[g].size * ab)
-                out[:, lo:hi, cols] = acc
-            for g in range(count):  # each core's input rows, once per row tile it holds
+                out[:, sel, cols] = acc
+            for g in range(count):  # each core's inputs
                 for core, tiles in sent[g].items():
-                    n = sum(x[g, lo:hi, r_at[i] : r_at[i + 1]].size for i in tiles)
-                    self.send(stage.home, core, n * ab)
+                    at = np.concatenate([np.arange(r_at[i], r_at[i + 1]) for i in sorted(tiles)])
+                    if ids is None:  # its rows of each vector
+                        self.send(stage.home, core, xs[g][:, at].size * ab)
+                    elif core != stage.home:
+                        payload = self._new_inputs(stage, core, ids[g][sel][:, at], xs[g][:, at])
+                        self.send(stage.home, core, payload.size * ab)
         return out
+
+    def _new_inputs(self, stage: StagePlacement, core: int, ids: Array, values: Array) -> Array:
+        """The input elements a core's windows read that it has not received yet (its line
+        buffer keeps the rest): the values sent to it."""
+        flat = ids.reshape(-1)
+        real = flat >= 0
+        uniq, first = np.unique(flat[real], return_index=True)
+        key = (stage.ops, core)
+        have = self._received.get(key)
+        need = int(uniq[-1]) + 1 if uniq.size else 0
+        if have is None or have.size < need:
+            grown = np.zeros(max(need, 2 * (0 if have is None else have.size)), dtype=bool)
+            if have is not None:
+                grown[: have.size] = have
+            have = self._received[key] = grown
+        new = ~have[uniq]
+        have[uniq[new]] = True
+        return values.reshape(-1)[real][first[new]]
 
     def _check_tiles(self, stage: StagePlacement) -> None:
         assert len(stage.tile_cores) == (
@@ -161,19 +223,30 @@ class CoreBuffers:
         label: str,
         holders: Mapping[str, tuple[int, ...]],
         scratch_core: Mapping[str, int],
+        shares: Mapping[str, Mapping[int, int]] | None = None,
+        row_bytes: Mapping[str, int] | None = None,
     ) -> None:
         self.capacity = capacity_bytes
         self.label = label
         self.holders = holders
         self.scratch_core = scratch_core
+        self.shares = shares or {}  # tensor -> core -> bytes of each row (a line buffer)
+        self.row_bytes = row_bytes or {}
         self.cores: dict[int, OnChip] = {}
         self.used = 0
         self.peak = 0
 
-    def _cores(self, tensor: str, what: str) -> tuple[int, ...]:
+    def _cores(self, tensor: str, what: str, nbytes: int) -> list[tuple[int, int]]:
+        """``(core, bytes)`` an allocation of ``nbytes`` of ``tensor`` puts on each core."""
         if what in SCRATCH:
-            return (self.scratch_core[tensor],)
-        return self.holders[tensor]
+            return [(self.scratch_core[tensor], nbytes)]
+        out = [(core, nbytes) for core in self.holders[tensor]]
+        share = self.shares.get(tensor)
+        if share:
+            rows, extra = divmod(nbytes, self.row_bytes[tensor])
+            assert not extra, f"{tensor}: {nbytes} B are not whole rows"
+            out.extend((core, rows * per_row) for core, per_row in share.items())
+        return out
 
     def _chip(self, core: int) -> OnChip:
         chip = self.cores.get(core)
@@ -184,15 +257,15 @@ class CoreBuffers:
         return chip
 
     def alloc(self, nbytes: int, tensor: str, what: str) -> None:
-        for core in self._cores(tensor, what):
-            self._chip(core).alloc(nbytes, tensor, what)
-            self.used += nbytes
+        for core, n in self._cores(tensor, what, nbytes):
+            self._chip(core).alloc(n, tensor, what)
+            self.used += n
         self.peak = max(self.peak, self.used)
 
     def free(self, nbytes: int, tensor: str = "", what: str = "") -> None:
-        for core in self._cores(tensor, what):
-            self._chip(core).free(nbytes)
-            self.used -= nbytes
+        for core, n in self._cores(tensor, what, nbytes):
+            self._chip(core).free(n)
+            self.used -= n
 
     def core_peaks(self) -> dict[int, int]:
         return {core: chip.peak for core, chip in sorted(self.cores.items())}
@@ -207,12 +280,14 @@ class CoreStats:
         core_peak_bytes: each core's peak (cores holding anything).
         noc_bytes: bytes sent between cores.
         noc_byte_hops: those bytes times their hops.
+        noc_max_link_bytes: the bytes of its busiest link.
     """
 
     stats: GroupStats
     core_peak_bytes: Mapping[int, int]
     noc_bytes: int
     noc_byte_hops: int
+    noc_max_link_bytes: int = 0
 
 
 class CoreGroupRunner(GroupRunner):
@@ -242,9 +317,19 @@ class CoreGroupRunner(GroupRunner):
             readers = {self.core_of[r] for r in slot.readers}
             self.holders[t] = tuple(sorted(readers or {self.core_of[self.producer[t].name]}))
         scratch = {t: self.core_of[n.name] for t, n in self.producer.items()}
-        self.chip = CoreBuffers(hw.core_buffer_bytes, label, self.holders, scratch)  # type: ignore[assignment]
         stage_of = {s.ops[0]: s for s in placed.stages}
         self.stage_of = {n.name: stage_of[n.name] for n in self.nodes if n.name in stage_of}
+        self.convs = {n: c for n, c in conv_inputs(graph, self.nodes).items() if n in self.stage_of}
+        shares: dict[str, dict[int, int]] = {}  # tensor -> core -> bytes of each row it keeps
+        for name, conv in self.convs.items():
+            row_bytes = self.slots[conv.tensor].row_bytes
+            mine = shares.setdefault(conv.tensor, {})
+            for core, channels in line_channels(self.stage_of[name], conv).items():
+                if core not in self.holders[conv.tensor]:
+                    mine[core] = mine.get(core, 0) + row_bytes // conv.shape[1] * channels
+        row_of = {t: self.slots[t].row_bytes for t in shares}
+        self.chip = CoreBuffers(hw.core_buffer_bytes, label, self.holders, scratch,  # type: ignore[assignment]
+                                shares, row_of)  # fmt: skip
         self._tiles_ran: set[str] = set()
 
     def _compute_rows(
@@ -259,7 +344,10 @@ class CoreGroupRunner(GroupRunner):
         if operands is None:  # counted from its output vectors (a transposed convolution)
             return y
         x, w, as_products = operands
-        got = self.network.tile_products(stage, x, w)
+        order = ids = None
+        if node.name in self.convs:  # its cores receive input rows and form their windows
+            order, ids = conv_vector_ids(node, rm, a, b, self.convs[node.name].shape)
+        got = self.network.tile_products(stage, x, w, order, ids)
         self._tiles_ran.add(node.name)
         if self.matmul is matmul_float:  # the tiles computed the kernel's product
             want = as_products(y)
@@ -329,6 +417,44 @@ def matrix_operands(
     return vecs, mats, conv_out
 
 
+def conv_vector_ids(
+    node: Node, rm: RowMap, a: int, b: int, x_shape: Sequence[int]
+) -> tuple[Array, Array]:
+    """For one band (output rows ``[a, b)``) of a convolution: each vector's number in the
+    whole op (image by image, pixels row-major) and, shaped as its input vectors
+    ``(count, vectors, rows)``, the input element each entry reads (``-1``: padding)."""
+    p = node.linear
+    assert p is not None and rm.window is not None
+    win, lo, hi = rm.window.band(a, b, x_shape[2])
+    ids = np.arange(1, math.prod(x_shape) + 1, dtype=np.float64).reshape(x_shape)[:, :, lo:hi]
+    n, group = x_shape[0], p.group
+    ck = math.prod(p.weight.shape[1:])
+    cols = im2col(ids, win).astype(np.int64) - 1  # (N, C * K, P)
+    npix = cols.shape[-1]
+    vecs = cols.reshape(n, group, ck, npix).transpose(1, 0, 3, 2).reshape(group, n * npix, ck)
+    per_row = math.prod(rm.window.out_spatial[1:])
+    full = math.prod(rm.window.out_spatial)
+    order = (np.arange(n)[:, None] * full + a * per_row + np.arange(npix)[None, :]).reshape(-1)
+    return order, vecs
+
+
+def line_channels(stage: StagePlacement, conv: ConvInput) -> dict[int, int]:
+    """Input channels each core other than the home keeps in its line buffer: those its tiles
+    read (matrix rows are channel-major: ``channel * kernel + offset``)."""
+    kk, cpm = conv.kernel_elems, conv.channels_per_matrix
+    r_at = [sum(stage.tile_rows[:i]) for i in range(stage.row_tiles + 1)]
+    per_matrix = stage.row_tiles * stage.col_tiles
+    have: dict[int, set[int]] = {}
+    for t, core in enumerate(stage.tile_cores):
+        if core == stage.home:
+            continue
+        g = (t // per_matrix) % stage.count
+        i = t % stage.row_tiles
+        lo, hi = r_at[i] // kk, (r_at[i + 1] - 1) // kk + 1
+        have.setdefault(core, set()).update(range(g * cpm + lo, g * cpm + hi))
+    return {core: len(chs) for core, chs in sorted(have.items())}
+
+
 def _bias(p: LinearParams | None, shape: tuple[int, ...]) -> Array | None:
     """The bias as ``(count, 1, cols)`` (``None`` without one)."""
     if p is None or p.bias is None:
@@ -373,11 +499,13 @@ def run_group_on_cores(
         stage = next((s for s in placed.stages if s.ops[0] == node.name), None)
         if stage is not None:  # its output elements, as the DMA wrote them
             network.tiles(stage, dram.write_bytes[index] // dram.act_bytes)
-        return CoreStats(stats, {core: stats.peak_bytes}, network.bytes, network.byte_hops)
+        return CoreStats(stats, {core: stats.peak_bytes}, network.bytes, network.byte_hops,
+                         network.max_link_bytes)  # fmt: skip
     runner = CoreGroupRunner(graph, index, label, nodes, stored, dram, placed, hw, network,
                              band_rows, matmul, band_elems=band_elems)  # fmt: skip
     stats = runner.run()
-    return CoreStats(stats, runner.core_peaks(), network.bytes, network.byte_hops)
+    return CoreStats(stats, runner.core_peaks(), network.bytes, network.byte_hops,
+                     network.max_link_bytes)  # fmt: skip
 
 
 class ManyCore:
@@ -391,6 +519,7 @@ class ManyCore:
         self.core_peaks = [0] * hw.cores
         self.noc_bytes = 0
         self.noc_byte_hops = 0
+        self.noc_cycles = 0
 
     def run(
         self,
@@ -425,6 +554,7 @@ class ManyCore:
             self.core_peaks[core] = max(self.core_peaks[core], peak)
         self.noc_bytes += got.noc_bytes
         self.noc_byte_hops += got.noc_byte_hops
+        self.noc_cycles += noc_cycles(self.hw, got.noc_max_link_bytes)
         return got.stats
 
     def measured(self) -> dict[str, Any]:
@@ -432,5 +562,6 @@ class ManyCore:
         return {
             "noc_bytes": self.noc_bytes,
             "noc_byte_hops": self.noc_byte_hops,
+            "noc_cycles": self.noc_cycles,
             "core_peak_buffer_bytes": tuple(self.core_peaks),
         }

@@ -33,7 +33,10 @@ The evaluation reads as a short list of stages, per group:
    conversions x E_adc + drives x E_dac + (shift-adds x E_shift_add + element ops x E_alu)
    + programmed cells x E_program (only when weights are not resident).
 5. **cycles** — ``max(compute, memory)`` (double buffering; ``compute + memory`` when
-   ``hw.overlap_memory_compute`` is False). A LINEAR stage takes
+   ``hw.overlap_memory_compute`` is False). On a many-core chip a group's network joins
+   them: ``max(compute, memory, noc)`` (or the sum), ``noc`` the cycles of its busiest link
+   (``docs/cores.md``, "NoC bandwidth"); added by ``simulate`` from the placement, so
+   ``group_cost`` and the optimizer's additive cycles leave it out. A LINEAR stage takes
    ``vectors x input_slices x slice_cycles`` (``slice_cycles``: the crossbar read or the
    ADCs shared by ``cols_per_adc`` columns, the slower), times ``ceil(tiles / array_units)``
    when its crossbar tiles take turns on ``hw.array_units`` arrays; element ops run on
@@ -74,7 +77,7 @@ from fusiontune.sim.groupmodel import (
 )
 from fusiontune.sim.hardware import HardwareConfig
 from fusiontune.sim.matrices import linear_matrix
-from fusiontune.sim.placement import clear_placements, place_plan
+from fusiontune.sim.placement import PlacedPlan, clear_placements, place_plan
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph, Op
@@ -164,6 +167,11 @@ class Metrics(CostFields):
     """Chip area of the hardware (:mod:`fusiontune.sim.area`; the same for every plan)."""
     noc_bytes: int = 0
     """Bytes crossing cores on the network (0 on a one-core chip)."""
+    noc_cycles: int = 0
+    """Per group the cycles of its busiest network link (``ceil(bytes /
+    noc_link_bytes_per_cycle)``, XY routes), summed; ``cycles`` takes each group's
+    ``max(compute, memory, noc)`` (0 on a one-core chip). The per-group rows (``groups``) keep
+    the group model's cycles, without the network."""
     noc_byte_hops: int = 0
     """Those bytes times the router hops they take."""
     noc_energy_pj: float = 0.0
@@ -188,6 +196,7 @@ class Metrics(CostFields):
             "area_mm2": self.area_mm2,
             "noc_bytes": self.noc_bytes,
             "noc_byte_hops": self.noc_byte_hops,
+            "noc_cycles": self.noc_cycles,
             "noc_energy_pj": self.noc_energy_pj,
             "movement_bytes": self.movement_bytes,
             "core_peak_max_bytes": max(self.core_peak_buffer_bytes, default=0),
@@ -381,7 +390,9 @@ def simulate(
         crossbars = int(stack[:, crossbar_col].max())
     chip: dict[str, Any] = {"movement_bytes": float(values["traffic_bytes"])}
     if hw.cores > 1:
-        chip = _chip_fields(graph, plan, hw, values["traffic_bytes"], violations, replication)
+        placed = place_plan(graph, plan, hw, replication)
+        chip = _chip_fields(placed, hw, values["traffic_bytes"], violations)
+        values["cycles"] = _with_noc_cycles(plan, rows, placed, hw)
     return Metrics(
         graph_name=graph.name,
         graph_hash=graph.structural_hash,
@@ -400,26 +411,33 @@ def simulate(
 
 
 def _chip_fields(
-    graph: Graph,
-    plan: Plan,
-    hw: HardwareConfig,
-    traffic_bytes: int,
-    violations: list[str],
-    replication: Mapping[str, int] | None = None,
+    placed: PlacedPlan, hw: HardwareConfig, traffic_bytes: int, violations: list[str]
 ) -> dict[str, Any]:
-    """The many-core fields of :class:`Metrics` (``docs/cores.md``); adds the placement's
-    violations to ``violations``."""
-
-    placed = place_plan(graph, plan, hw, replication)
+    """The many-core fields of :class:`Metrics` (``docs/cores.md``) from the plan's
+    placement; adds its violations to ``violations``."""
     violations.extend(v for v in placed.violations if not v.startswith("plan:"))
     ratio = hw.noc_pj_per_bit_hop / hw.dram_pj_per_bit if hw.dram_pj_per_bit else 0.0
     return {
+        "noc_cycles": sum(pg.noc_cycles for pg in placed.groups),
         "noc_bytes": placed.noc_bytes,
         "noc_byte_hops": placed.noc_byte_hops,
         "noc_energy_pj": placed.noc_energy_pj,
         "movement_bytes": traffic_bytes + placed.noc_byte_hops * ratio,
         "core_peak_buffer_bytes": placed.core_peak_buffer_bytes,
     }
+
+
+def _with_noc_cycles(
+    plan: Plan, rows: list[GroupMetrics], placed: PlacedPlan, hw: HardwareConfig
+) -> int:
+    """The plan's cycles with each group's network in them (module docstring, stage 5):
+    ``max(cycles, noc_cycles)`` per group (double buffering), their sum without overlap."""
+    noc = {pg.ops: pg.noc_cycles for pg in placed.groups}
+    total = 0
+    for group, row in zip(plan.groups, rows):
+        n = noc.get(group.ops, 0)
+        total += max(row.cycles, n) if hw.overlap_memory_compute else row.cycles + n
+    return total
 
 
 # ---- compulsory traffic -------------------------------------------------------------------

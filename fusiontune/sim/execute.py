@@ -95,6 +95,8 @@ class Execution:
         noc_bytes: on a many-core chip (``hw.cores > 1``, ``docs/cores.md``), bytes the
             kernels sent between cores (0 on one core).
         noc_byte_hops: those bytes times their hops.
+        noc_cycles: per group, the bytes its busiest link carried (each transfer routed XY)
+            over ``noc_link_bytes_per_cycle``, rounded up, summed over the groups.
         core_peak_buffer_bytes: on a many-core chip, each core's peak over the groups
             (empty on one core).
     """
@@ -111,6 +113,7 @@ class Execution:
     reference_kernel_ops: tuple[str, ...] = ()
     noc_bytes: int = 0
     noc_byte_hops: int = 0
+    noc_cycles: int = 0
     core_peak_buffer_bytes: tuple[int, ...] = ()
 
     @property

@@ -151,7 +151,8 @@ class HardwareConfig:
         noc_pj_per_bit_hop: energy of one bit through one router, 0.081 pJ (Accelergy
             ``isaac_router``: 20.74 pJ per 256 bits).
         noc_link_bytes_per_cycle: bytes a link carries per clock, 32 (Accelergy's ISAAC
-            router: the tile's 256-bit eDRAM bandwidth); reported, not yet in ``cycles``.
+            router: the tile's 256-bit eDRAM bandwidth); a group's busiest link bounds its
+            ``cycles`` (``docs/cores.md``, "NoC bandwidth").
         global_buffer_bytes: a buffer shared by all cores (0: none, as on ISAAC); described,
             not yet used by placement.
     """

@@ -24,19 +24,26 @@ A one-core chip gives no network bytes and one core whose peak is the flat model
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fusiontune.errors import ConfigError
+from fusiontune.ops.window import Window, pad_for_window
 from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.matrices import crossbar_tiles
 from fusiontune.sim.needs import WeightMatrix, group_needs
-from fusiontune.sim.structure import group_order, group_structure
+from fusiontune.sim.rows import RowKind, row_elems
+from fusiontune.sim.structure import Node, group_order, group_structure, node_row_map
+from fusiontune.sim.tiling import singleton_tiling
 
 if TYPE_CHECKING:
     from fusiontune.ir.graph import Graph
@@ -63,6 +70,46 @@ def hops(hw: HardwareConfig, a: int, b: int) -> int:
         return 1
     (xa, ya), (xb, yb) = router_xy(hw, a), router_xy(hw, b)
     return abs(xa - xb) + abs(ya - yb)
+
+
+Link = tuple[tuple[int, int], tuple[int, int]]
+"""A directed link between two neighbouring routers, by grid position (``BUS`` on a bus)."""
+BUS: Link = ((-1, -1), (-1, -1))
+
+
+def route(hw: HardwareConfig, a: int, b: int) -> list[Link]:
+    """The links a transfer from core ``a`` to core ``b`` crosses: dimension-order (XY)
+    routing over the router grid (x first, then y); on a bus the one shared link; none for
+    two cores under one router."""
+    if a == b:
+        return []
+    if hw.topology == "bus":
+        return [BUS]
+    (x, y), (xb, yb) = router_xy(hw, a), router_xy(hw, b)
+    links: list[Link] = []
+    while x != xb:
+        nx = x + (1 if xb > x else -1)
+        links.append(((x, y), (nx, y)))
+        x = nx
+    while y != yb:
+        ny = y + (1 if yb > y else -1)
+        links.append(((x, y), (x, ny)))
+        y = ny
+    return links
+
+
+def link_bytes(hw: HardwareConfig, pairs: Mapping[tuple[int, int], int]) -> dict[Link, int]:
+    """Bytes each link carries, for ``pairs``: ``(source core, destination core) -> bytes``."""
+    out: dict[Link, int] = {}
+    for (a, b), n_bytes in pairs.items():
+        for link in route(hw, a, b):
+            out[link] = out.get(link, 0) + n_bytes
+    return out
+
+
+def noc_cycles(hw: HardwareConfig, max_link_bytes: int) -> int:
+    """Cycles the busiest link needs: ``ceil(max_link_bytes / noc_link_bytes_per_cycle)``."""
+    return -(-max_link_bytes // hw.noc_link_bytes_per_cycle) if max_link_bytes else 0
 
 
 def matrix_tiles(m: WeightMatrix, hw: HardwareConfig) -> tuple[int, int]:
@@ -107,6 +154,9 @@ class StagePlacement:
         col_outputs: logical output columns of each column tile.
         copy_vectors: matrix-vector products each copy computes (per matrix).
         psum_bytes: bytes of one partial sum sent between cores.
+        line_channels: for a convolution whose cores form their own windows, ``(core,
+            channels)`` per core other than the home: the input channels its line buffer
+            keeps (the rows of those channels it receives from the home).
     """
 
     ops: tuple[str, ...]
@@ -124,6 +174,7 @@ class StagePlacement:
     copy_vectors: tuple[int, ...] = ()
     psum_bytes: int = 0
     groups_per_tile: int = 1
+    line_channels: tuple[tuple[int, int], ...] = ()
 
     @property
     def tile_sets(self) -> int:
@@ -152,6 +203,9 @@ class PlacedGroup:
             the producer's for a tensor no op of the group reads).
         core_sent_bytes: bytes each core sends on the network in the group (at its port).
         core_received_bytes: bytes each core receives in the group.
+        noc_max_link_bytes: the bytes of the group's busiest link (XY routes).
+        noc_cycles: ``ceil(noc_max_link_bytes / noc_link_bytes_per_cycle)``: the cycles the
+            network needs for the group (``docs/cores.md``, "NoC bandwidth").
     """
 
     ops: tuple[str, ...]
@@ -164,6 +218,8 @@ class PlacedGroup:
     tensor_cores: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     core_sent_bytes: Mapping[int, int] = field(default_factory=dict)
     core_received_bytes: Mapping[int, int] = field(default_factory=dict)
+    noc_max_link_bytes: int = 0
+    noc_cycles: int = 0
 
 
 @dataclass(frozen=True)
@@ -201,7 +257,7 @@ class PlacedPlan:
 
 # ---- placement ------------------------------------------------------------------------------
 class _Flow:
-    """Network transfers of one group: bytes and byte-hops."""
+    """Network transfers of one group: bytes, byte-hops and bytes per (source, destination)."""
 
     def __init__(self, hw: HardwareConfig) -> None:
         self.hw = hw
@@ -209,6 +265,7 @@ class _Flow:
         self.byte_hops = 0
         self.sent: dict[int, int] = {}
         self.received: dict[int, int] = {}
+        self.pairs: dict[tuple[int, int], int] = {}
 
     def send(self, src: int, dst: int, n_bytes: int) -> None:
         if src != dst and n_bytes:
@@ -216,6 +273,12 @@ class _Flow:
             self.byte_hops += n_bytes * hops(self.hw, src, dst)
             self.sent[src] = self.sent.get(src, 0) + n_bytes
             self.received[dst] = self.received.get(dst, 0) + n_bytes
+            self.pairs[src, dst] = self.pairs.get((src, dst), 0) + n_bytes
+
+    @property
+    def max_link_bytes(self) -> int:
+        """The bytes of the busiest link (XY routes, :func:`route`)."""
+        return max(link_bytes(self.hw, self.pairs).values(), default=0)
 
 
 def _copy_vectors(vectors: int, copies: int) -> list[int]:
@@ -223,10 +286,141 @@ def _copy_vectors(vectors: int, copies: int) -> list[int]:
     return [base + (k < extra) for k in range(copies)]
 
 
+@dataclass(frozen=True)
+class ConvInput:
+    """The input of a convolution whose windows the receiving cores form themselves.
+
+    Attributes:
+        tensor: its input tensor.
+        shape: that tensor's shape ``(N, C, *spatial)``.
+        window: the op's full window geometry.
+        channels_per_matrix: input channels of one of its ``count`` matrices (``C / group``).
+    """
+
+    tensor: str
+    shape: tuple[int, ...]
+    window: Window
+    channels_per_matrix: int
+
+    @property
+    def kernel_elems(self) -> int:
+        return math.prod(self.window.kernel)
+
+
+def conv_inputs(graph: Graph, nodes: list[Node]) -> dict[str, ConvInput]:
+    """The convolutions among a group's compiled nodes whose bands run tile by tile (a
+    ``WINDOW`` node with a convolution's weights), by node name; the executor's
+    ``cores_run.matrix_operands`` takes the same ones."""
+    out: dict[str, ConvInput] = {}
+    for node in nodes:
+        p = node.linear
+        if p is None or p.kind != "conv":
+            continue
+        rm = node_row_map(graph, node)
+        if rm.kind is not RowKind.WINDOW or rm.window is None:
+            continue
+        x = node.inputs[0]
+        shape = tuple(graph.tensors[x].shape)
+        out[node.name] = ConvInput(x, shape, rm.window, int(p.weight.shape[1]))
+    return out
+
+
+def touched_inputs(conv: ConvInput, first: int, last: int, offsets: int = -1) -> np.ndarray:
+    """Which input positions ``(N, *spatial)`` the windows of output vectors
+    ``[first, last)`` read (vectors numbered image by image, pixels in row-major order) at the
+    kernel offsets of the bit mask ``offsets`` (bit ``o``: offset ``o`` in row-major order;
+    default all). Each image's vectors are followed over the band of rows they span only."""
+    n, spatial, win = conv.shape[0], conv.shape[2:], conv.window
+    per_row = math.prod(win.out_spatial[1:])
+    per_image = win.out_spatial[0] * per_row
+    touched = np.zeros((n, *spatial), dtype=bool)
+    for image in range(first // per_image, min(n, -(-last // per_image))):
+        f = max(first - image * per_image, 0)
+        t = min(last - image * per_image, per_image)
+        if t <= f:
+            continue
+        a, b = f // per_row, -(-t // per_row)
+        band, lo, hi = win.band(a, b, spatial[0])
+        out = np.zeros((1, 1, *band.out_spatial), dtype=bool)
+        out.reshape(-1)[f - a * per_row : t - a * per_row] = True
+        rows = np.zeros((1, 1, hi - lo, *spatial[1:]), dtype=bool)
+        padded = pad_for_window(rows, band, 0.0).copy()
+        for o, offs in enumerate(itertools.product(*(range(k) for k in band.kernel))):
+            if offsets >> o & 1:  # the strided slice of the padded input offset ``o`` reads
+                sl = tuple(
+                    slice(q * d, q * d + (m - 1) * st + 1, st)
+                    for q, d, m, st in zip(offs, band.dilations, band.out_spatial, band.strides)
+                )
+                at = (slice(None), slice(None), *sl)
+                padded[at] |= out
+        crop = tuple(slice(p, p + d) for p, d in zip(band.pads_begin, rows.shape[2:]))
+        inside = (0, 0, *crop)
+        touched[image, lo:hi] |= padded[inside]
+    return touched
+
+
+@functools.lru_cache(maxsize=4096)
+def _row_reads(kk: int, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """``(channel, kernel offsets as a bit mask)`` matrix rows ``[lo, hi)`` read."""
+    out = []
+    for c in range(lo // kk, (hi - 1) // kk + 1):
+        a, b = max(lo, c * kk) - c * kk, min(hi, (c + 1) * kk) - c * kk
+        out.append((c, ((1 << b) - 1) ^ ((1 << a) - 1)))
+    return tuple(out)
+
+
+def _tile_reads(conv: ConvInput, g: int, lo: int, hi: int) -> list[tuple[int, int]]:
+    """``(input channel, kernel offsets as a bit mask)`` that matrix rows ``[lo, hi)`` of
+    matrix ``g`` read (im2col rows are channel-major: ``channel * kernel + offset``)."""
+    base = g * conv.channels_per_matrix
+    return [(base + c, bits) for c, bits in _row_reads(conv.kernel_elems, lo, hi)]
+
+
+def _scatter_rows(
+    conv: ConvInput,
+    wants: Mapping[int, Mapping[int, Mapping[int, int]]],
+    copy_vectors: list[int],
+) -> dict[int, int]:
+    """Input elements each receiving core gets, once each: ``wants`` core -> input channel ->
+    copy -> the kernel offsets (bit mask) its tiles on that core read; a core receives, per
+    channel, the union of the positions those windows read (``docs/cores.md``)."""
+    starts = [sum(copy_vectors[:k]) for k in range(len(copy_vectors) + 1)]
+    masks: dict[tuple[int, int], np.ndarray] = {}
+    union: dict[frozenset[tuple[int, int]], int] = {}
+    out: dict[int, int] = {}
+    for core, channels in wants.items():
+        by_reads: dict[frozenset[tuple[int, int]], int] = {}
+        for reads in channels.values():
+            key = frozenset(reads.items())
+            by_reads[key] = by_reads.get(key, 0) + 1
+        total = 0
+        for key, n_channels in by_reads.items():
+            if key not in union:
+                acc = None
+                for k, offsets in key:
+                    if (k, offsets) not in masks:
+                        masks[k, offsets] = touched_inputs(conv, starts[k], starts[k + 1], offsets)
+                    mask = masks[k, offsets]
+                    acc = mask if acc is None else acc | mask
+                union[key] = int(acc.sum()) if acc is not None else 0
+            total += n_channels * union[key]
+        out[core] = total
+    return out
+
+
 def _place_stage(
-    m: WeightMatrix, copies: int, start: int, hw: HardwareConfig, flow: _Flow
+    m: WeightMatrix,
+    copies: int,
+    start: int,
+    hw: HardwareConfig,
+    flow: _Flow,
+    conv: ConvInput | None = None,
 ) -> StagePlacement:
-    """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``."""
+    """Tiles of ``m`` (``copies`` copies) from crossbar ``start``; its transfers into ``flow``.
+
+    ``conv``: the stage is a convolution whose other cores receive input *rows* (each input
+    element once per core, :func:`_scatter_rows`) and form their windows in their own line
+    buffers; without it each core receives its rows of every vector it computes."""
     per_core, cores = hw.core_crossbars, hw.cores
     packing = crossbar_tiles(m, hw)
     row_tiles, col_tiles, per_set = packing.row_tiles, packing.col_tiles, packing.groups_per_tile
@@ -234,12 +428,14 @@ def _place_stage(
     ab = hw.act_bytes
     psum_bytes = math.ceil((hw.psum_bits or PSUM_BITS_PER_ACT_BIT * hw.act_bits) / BITS_PER_BYTE)
     rows = [min(hw.crossbar_rows, m.rows - i * hw.crossbar_rows) for i in range(row_tiles)]
+    row_at = [i * hw.crossbar_rows for i in range(row_tiles)]
     home = (start // per_core) % cores
     used: dict[int, None] = {}
     tile_cores: list[int] = []
     tile = start
     copy_vectors = _copy_vectors(m.vectors, copies)
-    for vec in copy_vectors:
+    wants: dict[int, dict[int, dict[int, int]]] = {}  # core -> channel -> copy -> offsets
+    for k, vec in enumerate(copy_vectors):
         for first in range(0, m.count, per_set):  # a tile set: its matrices side by side
             q = min(per_set, m.count - first)
             needed: dict[int, set[int]] = {}  # core -> row tiles of these matrices it holds
@@ -254,12 +450,26 @@ def _place_stage(
                     tile += 1
                 flow.send(reducer, home, q * vec * outs[j] * ab)  # output gather
             for core, tiles in needed.items():  # input scatter from the home's line buffer
-                flow.send(home, core, q * vec * sum(rows[i] for i in tiles) * ab)
+                if conv is None:
+                    flow.send(home, core, q * vec * sum(rows[i] for i in tiles) * ab)
+                elif core != home:
+                    mine = wants.setdefault(core, {})
+                    for g in range(first, first + q):
+                        for i in tiles:
+                            for c, bits in _tile_reads(conv, g, row_at[i], row_at[i] + rows[i]):
+                                reads = mine.setdefault(c, {})
+                                reads[k] = reads.get(k, 0) | bits
+    line_channels: tuple[tuple[int, int], ...] = ()
+    if conv is not None:
+        assert m.vectors == math.prod((conv.shape[0], *conv.window.out_spatial)), m.ops
+        for core, elems in _scatter_rows(conv, wants, copy_vectors).items():
+            flow.send(home, core, elems * ab)
+        line_channels = tuple((core, len(chs)) for core, chs in sorted(wants.items()))
     return StagePlacement(
         m.ops, copies, tile - start, start, tuple(used), home,
         tile_cores=tuple(tile_cores), row_tiles=row_tiles, col_tiles=col_tiles, count=m.count,
         tile_rows=tuple(rows), col_outputs=tuple(outs), copy_vectors=tuple(copy_vectors),
-        psum_bytes=psum_bytes, groups_per_tile=per_set,
+        psum_bytes=psum_bytes, groups_per_tile=per_set, line_channels=line_channels,
     )  # fmt: skip
 
 
@@ -337,13 +547,22 @@ def _place_group(
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
     cursor = start
+    tiled = len(group.ops) == 1 and singleton_tiling(graph, group, hw) is not None
+    convs = {} if tiled else conv_inputs(graph, group_structure(graph, group))
+    shares: dict[str, dict[int, int]] = {}  # tensor -> core -> elements per row it keeps
     for m in group_needs(graph, group).matrices:
         if spread:
             cursor = core_aligned(cursor, hw)
-        stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow)
+        conv = convs.get(m.ops[0]) if len(m.ops) == 1 else None
+        stage = _place_stage(m, max(1, int(reps.get(m.ops[0], 1))), cursor, hw, flow, conv)
         cursor += stage.crossbars
         stages.append(stage)
         home.update(dict.fromkeys(m.ops, stage.home))
+        if conv is not None:
+            per_channel = row_elems(graph, conv.tensor) // conv.shape[1]
+            mine = shares.setdefault(conv.tensor, {})
+            for core, channels in stage.line_channels:
+                mine[core] = mine.get(core, 0) + channels * per_channel
     members = set(group.ops)
     ops = [op for op in graph.ops if op.name in members]
     producer = graph.producer_map
@@ -375,13 +594,18 @@ def _place_group(
     totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
     needed = int(totals.buffer_needed_bytes or 0)  # what group_cost reports
     holders = tensor_cores(graph, group, home)
-    charge = _charge_buffers(graph, group, hw, home, holders, needed)
+    for t, mine in shares.items():  # a core holding the whole rows needs no share of them
+        for core in holders.get(t, ()):
+            mine.pop(core, None)
+    shares = {t: mine for t, mine in shares.items() if mine}
+    charge = _charge_buffers(graph, group, hw, home, holders, needed, shares)
     violations = [
         f"group {_name(group)}: core {core} holds {b} B at its peak, its buffer "
         f"(core_buffer_bytes = buffer_bytes / cores) is {hw.core_buffer_bytes} B"
         for core, b in sorted(charge.items())
         if b > hw.core_buffer_bytes
     ]
+    busiest = flow.max_link_bytes
     return PlacedGroup(
         ops=group.ops,
         stages=tuple(stages),
@@ -393,6 +617,8 @@ def _place_group(
         tensor_cores=holders,
         core_sent_bytes=flow.sent,
         core_received_bytes=flow.received,
+        noc_max_link_bytes=busiest,
+        noc_cycles=noc_cycles(hw, busiest),
     )
 
 
@@ -421,17 +647,24 @@ def _charge_buffers(
     home: Mapping[str, int],
     holders: Mapping[str, tuple[int, ...]],
     needed: int,
+    shares: Mapping[str, Mapping[int, int]],
 ) -> dict[int, int]:
     """Each core's peak bytes over the group's schedule (``docs/cores.md``, placement step
     5): the row-counter replay of :mod:`fusiontune.sim.capacity` with each tensor's rows on
-    the cores holding it and an op's accumulators on its own core. ``needed``: the group
-    model's ``buffer_needed_bytes`` (a singleton's, maybe tiled through DRAM: all on its core).
+    the cores holding it, a convolution's line buffers on its other cores (``shares``: tensor
+    -> core -> elements of each row it keeps) and an op's accumulators on its own core.
+    ``needed``: the group model's ``buffer_needed_bytes`` (a singleton's, maybe tiled through
+    DRAM: all on its core; its other cores hold their line buffers).
     """
-    if len(group.ops) == 1:
+    if len(group.ops) == 1 and not shares:
         return {home[group.ops[0]]: needed}
     nodes = group_structure(graph, group)
-    peaks = core_peaks(graph, group, nodes, holders, {n.name: home[n.name] for n in nodes})
-    return {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
+    node_core = {n.name: home[n.name] for n in nodes}
+    peaks = core_peaks(graph, group, nodes, holders, node_core, shares)
+    charge = {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
+    if len(group.ops) == 1:
+        charge[home[group.ops[0]]] = needed
+    return charge
 
 
 def _name(group: Group) -> str:
