@@ -7,17 +7,27 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import dag_graphs
 
 from fusiontune.errors import ConfigError
 from fusiontune.frontend.zoo import build_zoo
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import unfused_plan
+from fusiontune.planner.baselines import random_plan, unfused_plan
 from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig
 from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
-from fusiontune.sim.placement import hops, place_plan
+from fusiontune.sim.placement import (
+    core_aligned,
+    group_on_cores,
+    hops,
+    place_group,
+    place_plan,
+    spread_crossbars,
+)
 from fusiontune.sim.replication import (
     Stage,
     balance_replication,
@@ -301,9 +311,9 @@ def test_spread_placement_fits_resnet18_on_isaac_168() -> None:
     assert sum(spread.core_crossbars_used) == sum(dense.core_crossbars_used)
     assert max(spread.core_crossbars_used) <= hw.core_crossbars
     (pg,) = spread.groups
-    for st in pg.stages:  # every stage starts on a core boundary
-        assert st.first_crossbar % hw.core_crossbars == 0
-        assert st.home == st.first_crossbar // hw.core_crossbars
+    for stage in pg.stages:  # every stage starts on a core boundary
+        assert stage.first_crossbar % hw.core_crossbars == 0
+        assert stage.home == stage.first_crossbar // hw.core_crossbars
     # every byte the group model holds is charged to some core (a tensor read on two cores
     # is held by both)
     assert sum(pg.core_buffer_bytes.values()) >= simulate(graph, greedy, hw).buffer_needed_bytes
@@ -315,3 +325,39 @@ def test_spread_on_one_core_is_dense_and_bad_policy_names_it() -> None:
     assert place_plan(graph, plan, hw, policy="dense") == place_plan(graph, plan, hw)
     with pytest.raises(ConfigError, match="policy 'tight' is not one of dense, spread"):
         place_plan(graph, plan, hw, policy="tight")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    dag_graphs(max_ops=7),
+    st.integers(0, 2**16),
+    st.sampled_from((16, 32, 64, 128, 1024)),  # per core: about a third of the groups overflow
+    st.integers(0, 8 * 64 - 1),
+)
+def test_a_groups_verdict_on_fresh_cores_is_its_verdict_in_every_plan(
+    graph: Graph, seed: int, core_buffer: int, start: int
+) -> None:
+    """``group_on_cores`` (what the optimizer and the greedy baseline judge a group by on a
+    many-core chip) equals the group's verdict where ``place_plan`` puts it, and where
+    ``place_group`` puts it from any crossbar: the charges are the same multiset of core
+    peaks moved by whole cores (spread packing), and the whole-tensor shortcut never
+    accepts a group the replay refuses."""
+    hw = HardwareConfig(cores=8, n_crossbars=8 * 64, buffer_bytes=8 * core_buffer,
+                        mesh_width=4, crossbar_rows=16, crossbar_cols=16)  # fmt: skip
+    plan = random_plan(graph, np.random.default_rng(seed))
+    fits = {g.ops: group_on_cores(graph, g, hw) for g in plan.groups}
+    placed = place_plan(graph, plan, hw)
+    spread = spread_crossbars(graph, plan, hw) <= hw.n_crossbars
+    for group in plan.groups:
+        fresh = place_group(graph, group, hw, 0)
+        assert bool(fits[group.ops].violations) == bool(fresh.violations) or (
+            fits[group.ops].crossbars > hw.n_crossbars
+        )
+        moved = place_group(graph, group, hw, start)
+        if core_aligned(start, hw) + fits[group.ops].crossbars <= hw.n_crossbars:
+            assert sorted(moved.core_buffer_bytes.values()) == sorted(
+                fresh.core_buffer_bytes.values()
+            )
+    if spread:
+        for pg in placed.groups:
+            assert bool(pg.violations) == bool(fits[pg.ops].violations)
