@@ -98,7 +98,7 @@ def test_cmesh_cores_under_one_router_are_zero_hops_apart() -> None:
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
 def test_one_core_chip_is_the_flat_model(name: str) -> None:
     graph = build_zoo(name)
-    flat = load_hardware("isaac_reram")
+    flat = load_hardware("isaac_reram_flat")
     assert flat.cores == 1 and HardwareConfig(cores=1).hash == HardwareConfig().hash
     for plan in (unfused_plan(graph), greedy_plan(graph, PlannerConfig(), flat)):
         m = simulate(graph, plan, flat)
@@ -236,7 +236,7 @@ def test_exact_replication_beats_pimcomp_baselines_on_resnet18() -> None:
 )  # fmt: skip
 def test_bad_chip_names_the_key(overrides: dict[str, object], key: str, allowed: str) -> None:
     with pytest.raises(ConfigError, match=f"overrides: key '{key}'") as err:
-        load_hardware("isaac_reram", overrides)
+        load_hardware("isaac_reram_flat", overrides)
     assert allowed in str(err.value)
 
 
@@ -249,7 +249,7 @@ def test_more_crossbars_than_the_chip_is_a_violation() -> None:
 
 
 def test_chip_keys_are_hashed_only_when_set() -> None:
-    flat, many = load_hardware("isaac_reram"), load_hardware("isaac_168")
+    flat, many = load_hardware("isaac_reram_flat"), load_hardware("isaac_reram")
     assert many.hash != flat.hash
     assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
     row = simulate(_chain(), unfused_plan(_chain()), flat).as_dict()

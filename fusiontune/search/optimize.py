@@ -132,7 +132,7 @@ def optimal_plan(
 
     Args:
         graph: the graph.
-        hw: hardware (default: the ISAAC-like chip).
+        hw: hardware (default: the flat ISAAC-like chip, ``isaac_reram_flat``).
         objective: ``traffic``, ``energy`` or ``cycles`` (additive over groups).
         time_limit_s: stop after this many seconds with the best plan and a proven gap
             (``None``: run to proven optimality).

@@ -314,7 +314,8 @@ def _group_name(group: Group) -> str:
 
 # ---- plans --------------------------------------------------------------------------------
 def simulate(graph: Graph, plan: Plan, hw: HardwareConfig | None = None) -> Metrics:
-    """Totals and per-group costs of ``plan`` on ``hw`` (default: the ISAAC-like chip).
+    """Totals and per-group costs of ``plan`` on ``hw`` (default: the flat ISAAC-like chip,
+    ``isaac_reram_flat``).
 
     The plan is not checked for legality here (``check_plan`` does that); capacity
     violations are reported in ``violations`` and ``feasible``, never raised.
