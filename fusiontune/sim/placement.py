@@ -449,8 +449,15 @@ def group_on_cores(graph: Graph, group: Group, hw: HardwareConfig) -> CoreFit:
         core = lay.home[group.ops[0]]
         violations = _violations(group, hw, {core: _singleton_bytes(graph, group, hw)})
     elif any(b > hw.core_buffer_bytes for b in _whole_bytes(graph, hw, lay).values()):
-        charge = _charge_buffers(graph, group, hw, lay.home, lay.holders, 0)
-        violations = _violations(group, hw, charge)
+        nodes = group_structure(graph, group)
+        limit = hw.core_buffer_bytes // hw.act_bytes  # stop at the first core past its buffer
+        peaks = core_peaks(graph, group, nodes, lay.holders,
+                           {n.name: lay.home[n.name] for n in nodes}, limit)  # fmt: skip
+        if peaks is None:
+            violations = (
+                f"group {_name(group)}: a core holds more than its buffer "
+                f"(core_buffer_bytes = buffer_bytes / cores, {hw.core_buffer_bytes} B)",
+            )
     fit = table[key] = CoreFit(violations, crossbars)
     return fit
 
@@ -515,6 +522,7 @@ def _charge_buffers(
         return {home[group.ops[0]]: needed}
     nodes = group_structure(graph, group)
     peaks = core_peaks(graph, group, nodes, holders, {n.name: home[n.name] for n in nodes})
+    assert peaks is not None  # no limit: every core's peak
     return {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
 
 
