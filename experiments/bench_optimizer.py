@@ -10,7 +10,7 @@ Four parts, all on the traffic objective (``fusiontune.optimal_plan``):
   ``deep_encoder(36)`` (1,044 ops), a ResNet-152 and a deeper bottleneck ResNet (blocks
   3-30-64-3, "resnet302", 1,015 ops) built from the zoo's ResNet builder at 224x224 (not in
   the zoo; placeholder weights). Target: <= 60 s with a gap <= 1 %.
-- ``buffer``: resnet18 on ``isaac_reram`` with ``buffer_bytes`` from 1 KiB to 16 MiB (powers
+- ``buffer``: resnet18 on ``isaac_reram_flat`` with ``buffer_bytes`` from 1 KiB to 16 MiB (powers
   of 2): optimum, capped optimum, both bounds, optimum / capacity bound, groups, seconds.
 - ``counts``: ``count_plans`` per zoo model, uncapped and capped at 12, with the cold time.
 
@@ -46,7 +46,7 @@ RESNET152_BLOCKS = (3, 8, 36, 3)  # torchvision resnet152
 DEEP_RESNET_BLOCKS = (3, 30, 64, 3)  # 100 bottleneck blocks, 302 layers: 1,015 ops
 LARGE_INPUT_SIDE = 224
 BUFFER_MODEL = "resnet18"
-BUFFER_PRESET = "isaac_reram"
+BUFFER_PRESET = "isaac_reram_flat"
 BUFFER_SWEEP_BYTES = tuple(BYTES_PER_KIB << k for k in range(15))  # 1 KiB .. 16 MiB
 LEADING_DIGITS = 15  # digits of a huge count kept for its log10 (float precision)
 PARTS = ("zoo", "large", "buffer", "counts")
@@ -243,14 +243,14 @@ NOTES = [
     "before the cap was lifted. compulsory: graph inputs + outputs (+ least weight bytes when "
     "weights are not resident); capacity: `capacity_bound`, which sees the buffer and "
     "crossbars. status infeasible: no partition into feasible groups exists (proven), e.g. the "
-    "VGGs at 224x224 on isaac_reram, whose 25088x4096 FC needs more crossbars than ISAAC has.",
+    "VGGs at 224x224 on isaac_reram_flat, whose 25088x4096 FC needs more crossbars than ISAAC has.",
     "solve_s: wall seconds of the uncapped optimizer (group model, lattice walk, search); "
     "capacity_bound_s: the bound alone. ideals: ideals expanded; groups_evaluated: feasible "
     "(group, mode) pairs costed. A model's first preset also pays the one-off structural hash "
     "of its weights (cached per graph): about 1 s for the VGGs (130 M weights at 224x224).",
     "Large graphs: placeholder weights (sizes exact), 224x224 for the ResNets, sequence 128 for "
     "the encoder, time limit 60 s (status time_limit would report the proven gap). A 36-layer "
-    "encoder has 255 M parameters, more than isaac_reram's 16,128 crossbars hold, and so has "
+    "encoder has 255 M parameters, more than isaac_reram_flat's 16,128 crossbars hold, and so has "
     "resnet302: infeasible there, proven.",
     "Plan counts: exact (`count_plans`, a DP over ideals; big integers), partitions into legal "
     "groups times mode choices; count_s is cold (fresh graph, nothing cached).",

@@ -3,7 +3,7 @@
 Counts and candidate groups are those of the default planner (no cap on group size), with
 the former cap of 12 ops per group beside them (``*_capped12``). ``greedy`` is the
 hardware-blind greedy plan (``greedy_plan(graph)``: maximal legal fusion); ``greedy_hw`` the
-hardware-aware one on the default ``isaac_reram``.
+hardware-aware one on the default ``isaac_reram_flat``.
 
 Run: ``python experiments/bench_planner.py [--stream-seconds S]``. Writes
 ``results/bench_planner.json`` and prints a table. Timings are wall-clock on whatever
@@ -55,7 +55,7 @@ def bench_model(name: str, stream_seconds: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     greedy = greedy_plan(graph)
     greedy_s = time.perf_counter() - t0
-    hw = load_hardware("isaac_reram")
+    hw = load_hardware("isaac_reram_flat")
     t0 = time.perf_counter()
     greedy_hw = greedy_plan(graph, hw=hw)
     greedy_hw_s = time.perf_counter() - t0
@@ -92,7 +92,7 @@ def zoo_counts() -> list[dict[str, Any]]:
     from fusiontune.sim.greedy import greedy_plan
     from fusiontune.sim.hardware import load_hardware
 
-    hw = load_hardware("isaac_reram")
+    hw = load_hardware("isaac_reram_flat")
     rows = []
     for name in zoo_models():
         graph = build_zoo(name)

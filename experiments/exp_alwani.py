@@ -5,7 +5,7 @@ with the two pools; zoo names conv1 ... conv5) and reports, per 224x224 image wi
 feature maps and weights excluded: off-chip feature-map transfer 77 MB layer by layer, 3.6 MB
 fused (-95 %), with 362 KB of on-chip storage. This script models the same setting:
 
-- hardware: the ``isaac_reram`` preset with ``act_bits=32`` (float32 feature maps); weights
+- hardware: the ``isaac_reram_flat`` preset with ``act_bits=32`` (float32 feature maps); weights
   are resident in the crossbars, so no weight bytes are counted (``weight_load_bytes == 0``);
   the fused group's feasibility (buffer, crossbars) is reported;
 - plans over the 12 ops conv1 .. conv5.relu: unfused (every op alone), layer-wise (each conv
@@ -51,7 +51,7 @@ PAPER_ACT_BITS = 32  # "32-bit" feature maps (float)
 PAPER_INPUT_SIDE = 224
 N_FUSED_CONVS = 5  # conv1_1, conv1_2, conv2_1, conv2_2, conv3_1
 MODEL = "vgg19"  # VGGNet-E = configuration E of Simonyan & Zisserman (19 weight layers)
-HARDWARE = "isaac_reram"
+HARDWARE = "isaac_reram_flat"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How tight the capacity-aware lower bound is, before and after a change, and where its gap is.
 
-Per zoo model (default input size) x hardware preset, and for resnet18 on ``isaac_reram``
+Per zoo model (default input size) x hardware preset, and for resnet18 on ``isaac_reram_flat``
 with ``buffer_bytes`` from 1 KiB to 16 MiB (powers of 2), all in one run:
 
 - ``optimum_bytes``: the exact traffic optimum (``optimal_plan``, proven unless noted);
@@ -52,7 +52,7 @@ from fusiontune.sim.hardware import HardwareConfig, load_hardware, preset_names
 
 REPO = Path(__file__).resolve().parents[1]
 SWEEP_MODEL = "resnet18"
-SWEEP_PRESET = "isaac_reram"
+SWEEP_PRESET = "isaac_reram_flat"
 SWEEP_BYTES = tuple(BYTES_PER_KIB << k for k in range(15))  # 1 KiB .. 16 MiB
 Bound = Callable[[Graph, HardwareConfig], int]
 

@@ -9,7 +9,7 @@ Beside it: the former capped optimum (at most 12 ops per group), the compulsory 
 capacity-aware bound (``fusiontune.capacity_bound``), which on small buffers is the one that
 says how far the optimum is from the best conceivable.
 
-- buffer sweep: the ``isaac_reram`` preset (weights resident) with ``buffer_bytes`` from
+- buffer sweep: the ``isaac_reram_flat`` preset (weights resident) with ``buffer_bytes`` from
   1 KiB to 16 MiB in half-octave steps;
 - crossbar sweep: the same preset with ``weights_resident=false`` (weights programmed from
   DRAM once per inference, as on ``sram_edge``), where a stream group's stages must all be
@@ -39,7 +39,7 @@ from fusiontune.sim.cost import lower_bound, simulate
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
 MODEL = "resnet18"
-PRESET = "isaac_reram"
+PRESET = "isaac_reram_flat"
 SWEEP_STEP = 2**0.5  # half-octave steps
 BUFFER_SWEEP_BYTES = tuple(round(BYTES_PER_KIB * SWEEP_STEP**k) for k in range(0, 29))  # 1K-16M
 CROSSBAR_SWEEP = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16128)

@@ -10,7 +10,7 @@ process with a timeout; a failure is recorded with its reason, never fixed here)
 
 - ``load``: ``ft.load_model`` (the ONNX importer), ops and op types;
 - ``ort``: ``ft.reference_run`` against onnxruntime on ``random_inputs`` (rel <= 1e-4);
-- ``greedy``, ``verify_greedy``: unfused and greedy traffic on ``isaac_reram``, ``ft.verify``;
+- ``greedy``, ``verify_greedy``: unfused and greedy traffic on ``isaac_reram_flat``, ``ft.verify``;
 - ``optimum``, ``verify_optimum``: ``ft.optimal_plan`` (traffic; a proven optimum, or its best
   plan and a proven gap after the time limit) and ``ft.verify`` of its plan.
 
@@ -249,7 +249,7 @@ def notes_of(rows: list[dict[str, Any]], step_timeout_s: float) -> list[str]:
         "Identities folded). `ref_vs_ort`: the reference executor against onnxruntime on "
         f"random inputs (rel <= {exp_sweep.REL_TOL:g}). `verify_*`: `ft.verify` of the greedy "
         "and optimal plans (fused execution vs reference, counted = analytic traffic).",
-        "`optimum`: `ft.optimal_plan` (traffic, `isaac_reram`, time limit "
+        "`optimum`: `ft.optimal_plan` (traffic, `isaac_reram_flat`, time limit "
         f"{exp_sweep.OPTIMUM_TIME_LIMIT_S:g} s): `proven` or its proven relative gap. "
         "`*_vs_unfused`: activation traffic relative to the unfused plan.",
         "`failures`: every failed step with its exact error. `verify_*_s`: seconds of that "

@@ -117,7 +117,7 @@ def run(models: tuple[str, ...], time_limit_s: float) -> tuple[list[dict[str, An
 
 
 NOTES = (
-    "Chip: `isaac_168` = `isaac_reram` as 168 cores (96 crossbars, 64 KiB eDRAM each) on a "
+    "Chip: `isaac_168` = `isaac_reram_flat` as 168 cores (96 crossbars, 64 KiB eDRAM each) on a "
     "7 x 6 concentrated mesh of 4 cores per router; NoC 0.081 pJ/bit/hop (Accelergy "
     "`isaac_router`). DRAM bytes and `energy_pj` are the flat model's; the NoC energy is beside "
     "them (docs/cores.md).",

@@ -468,7 +468,7 @@ def notes(
         "halos per tile; fusiontune's weight_reload bound picks the cheapest tiling whose input "
         "and 16-bit partial sums fit the 32 KiB SRAM (halo ignored), reloading weights per "
         "spatial tile and re-reading inputs per output-channel chunk. With weights resident "
-        "(isaac_reram) or loaded once (isaac_hbm) neither term exists: that is the traffic "
+        "(isaac_reram_flat) or loaded once (isaac_hbm) neither term exists: that is the traffic "
         "weight-stationary CIM and fusion remove. Largest gap: "
         f"{worst['layer']} ({worst['zigzag_dram_B']:,} vs {worst['ft_dram_B']:,} B).",
         "conv4_x: the mapping ZigZag 3.9.1 finds (loma, lpf_limit 6, energy objective) keeps "

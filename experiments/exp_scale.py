@@ -57,7 +57,7 @@ from fusiontune.sim.cost import clear_cache
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
 MODEL = "resnet50"
-PRESET = "isaac_reram"
+PRESET = "isaac_reram_flat"
 DEFAULT_PLANS = 400
 NOOP_TASKS = 400  # empty Ray tasks timed for the per-task overhead
 DRIVER_TRIALS = 150  # trials of the serial searches timed for the driver cost

@@ -1,7 +1,7 @@
 """Search quality: best-so-far traffic vs trials for tpe, random, nsga2 and local against the
 optimum.
 
-For three zoo models on two hardware presets (``isaac_reram``, the default, and
+For three zoo models on two hardware presets (``isaac_reram_flat``, the default, and
 ``sram_edge``), each sampler runs with three seeds through ``fusiontune.search.search`` (serial
 backend, traffic objective, fusion decisions only); the best feasible traffic after every trial
 is divided by the proven optimum of ``fusiontune.optimal_plan`` (no cap on group size).
@@ -40,7 +40,7 @@ MODELS: tuple[tuple[str, int | None], ...] = (
 SAMPLERS = ("tpe", "random", "nsga2", "local")
 SEEDS = (0, 1, 2)
 DEFAULT_TRIALS = 300  # the default search budget (search_spaces/default.yaml)
-PRESETS = ("isaac_reram", "sram_edge")
+PRESETS = ("isaac_reram_flat", "sram_edge")
 CAPPED = PlannerConfig(max_group_size=12)  # the former rule 8: at most 12 ops per group
 WITHIN = 0.01  # "within 1 % of the optimum"
 PLOT_DPI = 80

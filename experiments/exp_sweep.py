@@ -8,7 +8,7 @@ cache, then for each exported file measures through fusiontune's public API:
 - ``load``: loads? (else the one-line error), ops, op types, OPAQUE ops and their share, the
   share among MAC-bearing ops (Conv, ConvTranspose, Gemm, MatMul, Einsum) by count and by MACs;
 - ``ort``: ``reference_run`` against onnxruntime on ``random_inputs`` (rel <= 1e-4);
-- ``greedy``: unfused and greedy traffic on ``isaac_reram`` and the planning time;
+- ``greedy``: unfused and greedy traffic on ``isaac_reram_flat`` and the planning time;
 - ``verify_greedy``, ``verify_optimum``: ``ft.verify`` of those plans (fused vs reference);
 - ``count``, ``explain``: the budgeted ``count_within`` and ``ft.explain(graph, budget=...)``
   (the budgets ``fusiontune plans --count`` / ``--explain`` use), times in process, and
@@ -60,7 +60,7 @@ EXPERIMENTS_DIR = Path(__file__).resolve().parent
 REPO_DIR = EXPERIMENTS_DIR.parent
 CACHE_DIR = EXPERIMENTS_DIR / ".sweep_cache"
 EXPORTERS = ("torchscript", "dynamo")
-HARDWARE = "isaac_reram"  # the default preset (DESIGN §7): weights resident
+HARDWARE = "isaac_reram_flat"  # the default preset (DESIGN §7): weights resident
 REL_TOL = 1e-4  # reference vs onnxruntime: max|ref - ort| / max|ort|
 STEP_TIMEOUT_S = 120.0  # CPU seconds of one analysis step (load, count, ...) in its child process
 WALL_FACTOR = 10.0  # a step also stops after this many times its CPU budget of wall time
@@ -1202,7 +1202,7 @@ NOTES = (
     "that load OPAQUE: ConvTranspose (no LINEAR class yet) and MatMuls of two activations "
     "(attention scores and context: no constant weight to map onto a crossbar, DESIGN rule 6). "
     "`opaque_macs_share`: their share of all MACs, from the tensor shapes.",
-    "`greedy_vs_unfused`, `optimum_vs_unfused`: activation traffic on `isaac_reram` relative "
+    "`greedy_vs_unfused`, `optimum_vs_unfused`: activation traffic on `isaac_reram_flat` relative "
     "to the unfused plan. The optimum is `ft.optimal_plan` (traffic) with a "
     f"{OPTIMUM_TIME_LIMIT_S:.0f} s time limit: `optimum_status` `optimal` is proven, "
     "`time_limit` comes with a proven `optimum_gap` to the lower bound (CSV). No optimum: no "

@@ -1,6 +1,6 @@
 """Fusion across the zoo: what every plan source buys on two hardware presets.
 
-For every zoo model on ``isaac_reram`` and ``sram_edge``, the traffic objective:
+For every zoo model on ``isaac_reram_flat`` and ``sram_edge``, the traffic objective:
 
 - ``unfused``: every op alone; ``tvm_like``: a general compiler's fusion; ``greedy``: the
   planner's greedy baseline, hardware-aware (``greedy_plan(graph, hw=hw)``: a union is taken
@@ -42,7 +42,7 @@ from fusiontune.sim.cost import Metrics, lower_bound, simulate
 from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
 
-PRESETS = ("isaac_reram", "sram_edge")
+PRESETS = ("isaac_reram_flat", "sram_edge")
 DEFAULT_TRIALS = 100  # a short search: about 5-40 s per model here
 # VGG at 224x224 has FC layers (25088x4096) that need more crossbars than ISAAC's 16,128:
 # no feasible plan exists there, so the VGGs run at 64x64 (FC1 2048x4096) on both presets.
@@ -297,7 +297,7 @@ NOTES = [
     "Input sizes: CNNs at 224x224 except the VGGs at 64x64 (at 224 their FC layers need more "
     "crossbars than ISAAC has: no feasible plan, proven); lenet5 at 32x32, MLPs at their "
     "default widths, bert_encoder at sequence length 128. Batch 1 (2 for resnet18_train).",
-    "isaac_reram holds 10.5 MiB of activations (168 tiles x 64 KiB) and 16,128 crossbars: on "
+    "isaac_reram_flat holds 10.5 MiB of activations (168 tiles x 64 KiB) and 16,128 crossbars: on "
     "most models one stream group holding the whole network fits, so the optimum equals the "
     "compulsory traffic. sram_edge (32 KiB buffer, 64 crossbars, weights loaded per "
     "inference) is where the bounds part: there best / capacity_bound is the meaningful gap.",

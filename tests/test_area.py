@@ -60,7 +60,7 @@ def test_buffer_tech_default_keeps_every_hash_and_is_hashed_when_set() -> None:
     sram = base.replace(buffer_tech="sram")
     assert sram.hash != base.hash
     assert sram.replace(buffer_tech="edram").hash == base.hash
-    for preset in ("isaac_reram", "isaac_hbm", "isaac_ddr"):
+    for preset in ("isaac_reram", "isaac_reram_flat", "isaac_hbm", "isaac_ddr"):
         assert load_hardware(preset).buffer_tech == "edram"
 
 

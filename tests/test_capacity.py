@@ -85,7 +85,7 @@ def test_whole_network_pipelines_stream_every_branch_within_the_model(
     model: str, size: int
 ) -> None:
     graph = build_zoo(model, input_size=size)
-    hw = load_hardware("isaac_reram")
+    hw = load_hardware("isaac_reram_flat")
     result = optimal_plan(graph, hw)
     assert result.plan is not None and result.plan.n_groups == 1  # one group, every branch
     run = execute(graph, result.plan, random_inputs(graph), hw=hw, band_rows=1)

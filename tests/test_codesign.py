@@ -22,7 +22,7 @@ from fusiontune.search.space import parse_space
 MODEL = "mlp_relu"
 
 CODESIGN_SPACE = {
-    "hardware": "isaac_reram",
+    "hardware": "isaac_reram_flat",
     "objective": "energy",
     "sampler": "tpe",
     "trials": 16,
@@ -73,7 +73,7 @@ def _check_optuna_native(result: SearchResult, n_trials: int) -> optuna.Study:
     attrs = study.user_attrs
     assert attrs["model"] == MODEL
     assert attrs["graph_hash"] == result.summary["graph_hash"]
-    assert attrs["hardware_base"] == "isaac_reram"
+    assert attrs["hardware_base"] == "isaac_reram_flat"
     assert set(attrs["space"]["knobs"]) == {"buffer_bytes", "n_crossbars", "adc_bits"}
     return study
 
@@ -181,7 +181,8 @@ def test_area_constraint_in_the_space(tmp_path: Path) -> None:
     from fusiontune.sim.area import chip_area_mm2
     from fusiontune.sim.hardware import load_hardware
 
-    cap = chip_area_mm2(load_hardware("isaac_reram").replace(n_crossbars=128, buffer_bytes=4096))
+    small = load_hardware("isaac_reram_flat").replace(n_crossbars=128, buffer_bytes=4096)
+    cap = chip_area_mm2(small)
     space = _space(constraints={"area_mm2": {"max": cap}}, trials=12)
     result = _run(tmp_path, space=space)
     rows = _search_rows(result)
@@ -206,7 +207,7 @@ def test_edp_with_knobs_is_plan_level_seeded_from_the_exact_plan(tmp_path: Path)
     result = _run(tmp_path, space=space)
     assert result.summary["search"] == "plan"
     first = _search_rows(result).iloc[0]
-    exact = optimal_plan(load_model(MODEL), load_hardware("isaac_reram"), "energy").plan
+    exact = optimal_plan(load_model(MODEL), load_hardware("isaac_reram_flat"), "energy").plan
     assert Plan.from_json(first["plan_json"], load_model(MODEL)) == exact
     params = json.loads(json.dumps(_study(result).trials[0].params))
     assert set(params) == {"hw:adc_bits"}  # fusion edges stay in the record only
@@ -221,7 +222,7 @@ def test_isaac_preset_area_matches_table_6() -> None:
     )
     from fusiontune.sim.hardware import load_hardware
 
-    area = area_breakdown(load_hardware("isaac_reram"))
+    area = area_breakdown(load_hardware("isaac_reram_flat"))
     # the preset models ISAAC's 168 tiles; the chip adds 4 HyperTransport links
     assert area.total_mm2 == pytest.approx(ISAAC_TILES_MM2, rel=AREA_REL_TOL)
     chip = area.total_mm2 + ISAAC_HYPERTRANSPORT_MM2
@@ -235,7 +236,7 @@ def test_area_grows_with_each_knob() -> None:
     from fusiontune.sim.area import chip_area_mm2
     from fusiontune.sim.hardware import load_hardware
 
-    base = load_hardware("isaac_reram")
+    base = load_hardware("isaac_reram_flat")
     a = chip_area_mm2(base)
     assert chip_area_mm2(base.replace(n_crossbars=base.n_crossbars // 2)) < a
     assert chip_area_mm2(base.replace(buffer_bytes=base.buffer_bytes // 2)) < a
@@ -259,7 +260,8 @@ def test_cli_prints_the_winner_and_loads_it_back(
     text = capsys.readouterr().out
     folder = out / "cd"
     best = json.loads((folder / "summary.json").read_text())["best"]
-    assert f"isaac_reram {best['hardware']['hw_hash']} with " in text and "n_crossbars=" in text
+    assert f"isaac_reram_flat {best['hardware']['hw_hash']} with " in text
+    assert "n_crossbars=" in text
     assert f"written to {folder / BEST_HARDWARE_FILE}" in text
     assert "plan:             exact for this hardware (proven optimal" in text
     assert "Pareto front:" in text and "optuna-dashboard sqlite:///" in text
@@ -273,4 +275,4 @@ def test_cli_prints_the_winner_and_loads_it_back(
                  "--out", str(out), "--study", "next"]) == 0  # fmt: skip
     summary = json.loads((out / "next" / "summary.json").read_text())
     assert summary["hardware_base"]["hw_hash"] == best["hardware"]["hw_hash"]
-    assert summary["hardware_base"]["name"] == "isaac_reram_best"
+    assert summary["hardware_base"]["name"] == "isaac_reram_flat_best"

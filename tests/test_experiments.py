@@ -93,7 +93,7 @@ def zoo_tables() -> tuple[list[dict], list[dict]]:
 def test_zoo_plan_rows_are_ordered_by_quality(zoo_tables: tuple[list[dict], list[dict]]) -> None:
     plans, _ = zoo_tables
     for model, _size in ZOO_MODELS:
-        for preset in ("isaac_reram", "sram_edge"):
+        for preset in ("isaac_reram_flat", "sram_edge"):
             rows = {r["plan"]: r for r in plans if r["model"] == model and r["preset"] == preset}
             sources = {"unfused", "greedy", "oracle", "oracle_capped12"}
             assert sources | {"lower_bound", "capacity_bound"} <= set(rows)
@@ -110,7 +110,9 @@ def test_zoo_plan_rows_are_ordered_by_quality(zoo_tables: tuple[list[dict], list
                 assert rows["best_found"]["traffic_bytes"] >= oracle["traffic_bytes"]
             assert rows["unfused"]["traffic_vs_unfused"] == 1.0
     # lenet5 on ISAAC: everything fuses down to the compulsory traffic (image in, logits out)
-    lenet = {r["plan"]: r for r in plans if r["model"] == "lenet5" and r["preset"] == "isaac_reram"}
+    lenet = {
+        r["plan"]: r for r in plans if r["model"] == "lenet5" and r["preset"] == "isaac_reram_flat"
+    }
     assert lenet["oracle"]["traffic_bytes"] == lenet["lower_bound"]["traffic_bytes"] == 32 * 32 + 10
     assert lenet["capacity_bound"]["traffic_bytes"] == 32 * 32 + 10
 
@@ -170,7 +172,7 @@ def test_codesign_more_buffer_never_costs_more_traffic() -> None:
 
     graph = build_zoo("lenet5")
     buffers = [1024, 1536, 4096, 1 << 20]
-    rows = exp.sweep(graph, load_hardware("isaac_reram"), "buffer_bytes", buffers)
+    rows = exp.sweep(graph, load_hardware("isaac_reram_flat"), "buffer_bytes", buffers)
     assert [r["buffer_bytes"] for r in rows] == buffers
     optima = [r["optimum_bytes"] for r in rows]
     assert all(o is not None for o in optima)
@@ -201,7 +203,7 @@ def test_tiling_rows_relate_unfused_optimum_and_bound() -> None:
 
 def test_bench_optimizer_rows_relate_optimum_capped_and_bounds() -> None:
     bench = _load("bench_optimizer")
-    rows = bench.zoo_rows(["lenet5", "mlp_bottleneck"], ["isaac_reram", "sram_edge"])
+    rows = bench.zoo_rows(["lenet5", "mlp_bottleneck"], ["isaac_reram_flat", "sram_edge"])
     assert len(rows) == 4
     for r in rows:
         assert r["status"] == "optimal" and r["proven"] and r["gap"] == 0.0
@@ -256,7 +258,7 @@ def test_search_quality_curves_and_tables() -> None:
 
 def test_trials_to_within_counts_from_one() -> None:
     exp = _load("exp_search_quality")
-    curve = exp.Curve("m", "isaac_reram", "random", 0, (None, 120, 101, 100), 0.0)
+    curve = exp.Curve("m", "isaac_reram_flat", "random", 0, (None, 120, 101, 100), 0.0)
     assert exp.trials_to_within(curve, 100.0) == 3
     assert exp.trials_to_within(curve, 100.0, within=0.0) == 4
     assert exp.trials_to_within(curve, 50.0) is None
@@ -269,7 +271,7 @@ def test_scale_serial_passes_and_projection() -> None:
     from fusiontune.sim.hardware import load_hardware
 
     graph = build_zoo("lenet5")
-    tasks = exp.make_tasks(graph, load_hardware("isaac_reram"), 20)
+    tasks = exp.make_tasks(graph, load_hardware("isaac_reram_flat"), 20)
     passes, startup = exp.backend_passes(graph, tasks, workers=())
     assert [(p.backend, p.cache) for p in passes] == [("serial", "cold"), ("serial", "warm")]
     assert startup == {}

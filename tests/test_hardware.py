@@ -24,8 +24,9 @@ def test_defaults_are_the_isaac_chip_of_design_7() -> None:
 
 
 def test_presets_load_and_differ_where_they_should() -> None:
-    assert set(preset_names()) >= {"isaac_reram", "sram_edge", "isaac_hbm", "isaac_ddr"}
-    assert load_hardware("isaac_reram") == HardwareConfig() == load_hardware()
+    assert set(preset_names()) >= {"isaac_reram", "isaac_reram_flat", "sram_edge", "isaac_hbm",
+                                   "isaac_ddr"}  # fmt: skip
+    assert load_hardware("isaac_reram_flat") == HardwareConfig() == load_hardware()
     hbm, ddr = load_hardware("isaac_hbm"), load_hardware("isaac_ddr")
     assert (hbm.dram_pj_per_bit, ddr.dram_pj_per_bit) == (3.9, 14.0)
     assert (hbm.dram_bandwidth_gbps, ddr.dram_bandwidth_gbps) == (15_200.0, 4_288.0)
@@ -48,8 +49,21 @@ def test_round_trip_and_stable_hash(tmp_path: Path) -> None:
     assert load_hardware(path) == hw and load_hardware(str(path)) == hw
 
 
+def test_isaac_reram_is_the_168_tile_chip_and_the_flat_pool_is_kept() -> None:
+    """issue 21: ``isaac_reram`` is ISAAC's 168 tiles (96 crossbars and 64 KiB eDRAM each, on a
+    concentrated mesh); ``isaac_reram_flat`` is the one-pool chip it was (the same hash as
+    before, so stored results reproduce); ``isaac_168`` is an alias of ``isaac_reram``."""
+    many, flat = load_hardware("isaac_reram"), load_hardware("isaac_reram_flat")
+    assert (many.cores, many.core_crossbars, many.core_buffer_bytes) == (168, 96, 64 * 1024)
+    assert (many.topology, many.concentration, many.mesh_shape) == ("cmesh", 4, (7, 6))
+    assert flat.cores == 1 and flat.hash == "f39c14947c3d8b31"  # the hash results carry
+    assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
+    alias = load_hardware("isaac_168")
+    assert alias.hash == many.hash and alias.replace(name="isaac_reram") == many
+
+
 def test_overrides_and_dram_kinds() -> None:
-    hw = load_hardware("isaac_reram", {"buffer_bytes": 4096, "dram_kind": "GDDR5"})
+    hw = load_hardware("isaac_reram_flat", {"buffer_bytes": 4096, "dram_kind": "GDDR5"})
     assert hw.buffer_bytes == 4096 and hw.dram_pj_per_bit == 14.0
     custom = load_hardware(None, {"dram_pj_per_bit": 5.0})
     assert custom.dram_kind == "custom" and custom.dram_pj_per_bit == 5.0

@@ -8,17 +8,31 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import dag_graphs
 
 from fusiontune.errors import ConfigError
 from fusiontune.frontend.zoo import build_zoo
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
-from fusiontune.planner.baselines import unfused_plan
+from fusiontune.planner.baselines import random_plan, unfused_plan
 from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig
 from fusiontune.sim.cost import group_cost, simulate
 from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import HardwareConfig, load_hardware
-from fusiontune.sim.placement import BUS, hops, link_bytes, place_plan, route, router_xy
+from fusiontune.sim.placement import (
+    BUS,
+    core_aligned,
+    group_on_cores,
+    hops,
+    link_bytes,
+    place_group,
+    place_plan,
+    route,
+    router_xy,
+    spread_crossbars,
+)
 from fusiontune.sim.replication import (
     Stage,
     balance_replication,
@@ -89,7 +103,7 @@ def test_cmesh_cores_under_one_router_are_zero_hops_apart() -> None:
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
 def test_one_core_chip_is_the_flat_model(name: str) -> None:
     graph = build_zoo(name)
-    flat = load_hardware("isaac_reram")
+    flat = load_hardware("isaac_reram_flat")
     assert flat.cores == 1 and HardwareConfig(cores=1).hash == HardwareConfig().hash
     for plan in (unfused_plan(graph), greedy_plan(graph, PlannerConfig(), flat)):
         m = simulate(graph, plan, flat)
@@ -229,7 +243,7 @@ def test_exact_replication_beats_pimcomp_baselines_on_resnet18() -> None:
 )  # fmt: skip
 def test_bad_chip_names_the_key(overrides: dict[str, object], key: str, allowed: str) -> None:
     with pytest.raises(ConfigError, match=f"overrides: key '{key}'") as err:
-        load_hardware("isaac_reram", overrides)
+        load_hardware("isaac_reram_flat", overrides)
     assert allowed in str(err.value)
 
 
@@ -242,7 +256,7 @@ def test_more_crossbars_than_the_chip_is_a_violation() -> None:
 
 
 def test_chip_keys_are_hashed_only_when_set() -> None:
-    flat, many = load_hardware("isaac_reram"), load_hardware("isaac_168")
+    flat, many = load_hardware("isaac_reram_flat"), load_hardware("isaac_reram")
     assert many.hash != flat.hash
     assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
     row = simulate(_chain(), unfused_plan(_chain()), flat).as_dict()
@@ -304,9 +318,9 @@ def test_spread_placement_fits_resnet18_on_isaac_168() -> None:
     assert sum(spread.core_crossbars_used) == sum(dense.core_crossbars_used)
     assert max(spread.core_crossbars_used) <= hw.core_crossbars
     (pg,) = spread.groups
-    for st in pg.stages:  # every stage starts on a core boundary
-        assert st.first_crossbar % hw.core_crossbars == 0
-        assert st.home == st.first_crossbar // hw.core_crossbars
+    for stage in pg.stages:  # every stage starts on a core boundary
+        assert stage.first_crossbar % hw.core_crossbars == 0
+        assert stage.home == stage.first_crossbar // hw.core_crossbars
     # every byte the group model holds is charged to some core (a tensor read on two cores
     # is held by both)
     assert sum(pg.core_buffer_bytes.values()) >= simulate(graph, greedy, hw).buffer_needed_bytes
@@ -367,3 +381,39 @@ def test_xy_routes_and_the_bus() -> None:
                 assert ys == sorted(ys) or ys == sorted(ys, reverse=True)
     bus = dataclasses.replace(hw, topology="bus", mesh_width=0)
     assert link_bytes(bus, {(0, 5): 10, (3, 1): 7}) == {BUS: 17}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    dag_graphs(max_ops=7),
+    st.integers(0, 2**16),
+    st.sampled_from((16, 32, 64, 128, 1024)),  # per core: about a third of the groups overflow
+    st.integers(0, 8 * 64 - 1),
+)
+def test_a_groups_verdict_on_fresh_cores_is_its_verdict_in_every_plan(
+    graph: Graph, seed: int, core_buffer: int, start: int
+) -> None:
+    """``group_on_cores`` (what the optimizer and the greedy baseline judge a group by on a
+    many-core chip) equals the group's verdict where ``place_plan`` puts it, and where
+    ``place_group`` puts it from any crossbar: the charges are the same multiset of core
+    peaks moved by whole cores (spread packing), and the whole-tensor shortcut never
+    accepts a group the replay refuses."""
+    hw = HardwareConfig(cores=8, n_crossbars=8 * 64, buffer_bytes=8 * core_buffer,
+                        mesh_width=4, crossbar_rows=16, crossbar_cols=16)  # fmt: skip
+    plan = random_plan(graph, np.random.default_rng(seed))
+    fits = {g.ops: group_on_cores(graph, g, hw) for g in plan.groups}
+    placed = place_plan(graph, plan, hw)
+    spread = spread_crossbars(graph, plan, hw) <= hw.n_crossbars
+    for group in plan.groups:
+        fresh = place_group(graph, group, hw, 0)
+        assert bool(fits[group.ops].violations) == bool(fresh.violations) or (
+            fits[group.ops].crossbars > hw.n_crossbars
+        )
+        moved = place_group(graph, group, hw, start)
+        if core_aligned(start, hw) + fits[group.ops].crossbars <= hw.n_crossbars:
+            assert sorted(moved.core_buffer_bytes.values()) == sorted(
+                fresh.core_buffer_bytes.values()
+            )
+    if spread:
+        for pg in placed.groups:
+            assert bool(pg.violations) == bool(fits[pg.ops].violations)

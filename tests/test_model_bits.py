@@ -56,7 +56,7 @@ def _int16_conv(tmp_path: Path) -> Path:
 def test_int16_activations_cost_two_bytes_and_twice_the_input_passes(tmp_path: Path) -> None:
     graph = load_onnx(_int16_conv(tmp_path))
     assert model_bits(graph) == ModelBits(act_bits=16, weight_bits=8)  # the int32 bias: not
-    hw = load_hardware("isaac_reram")
+    hw = load_hardware("isaac_reram_flat")
     at = at_model_bits(graph, hw)
     assert (at.act_bits, at.weight_bits, at.act_bytes) == (16, 8, 2)
     assert at.input_slices == 2 * hw.input_slices

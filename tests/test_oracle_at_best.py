@@ -36,7 +36,7 @@ SAME_VALUE_REL = 1e-12
 def _run(tmp: Path, objective: str, trials: int = 10, **kwargs: Any) -> SearchResult:
     space = parse_space(
         {
-            "hardware": "isaac_reram",
+            "hardware": "isaac_reram_flat",
             "objective": objective,
             "sampler": "tpe",
             "trials": trials,
@@ -123,16 +123,17 @@ def test_printed_summary_and_report_name_the_hardware_of_each_block(tmp_path: Pa
     base, best = s["baselines"]["oracle"]["hardware"], s["at_best_hardware"]["hardware"]
     text = format_summary(s)
     knobs = ", ".join(f"{k}={v}" for k, v in best["knobs"].items())
-    header = f"at the best hardware, isaac_reram {best['hw_hash']} ({knobs}):"
+    header = f"at the best hardware, isaac_reram_flat {best['hw_hash']} ({knobs}):"
     assert header in text
-    assert f"at the base hardware, isaac_reram {base['hw_hash']} (buffer_bytes=11010048" in text
+    base_header = f"at the base hardware, isaac_reram_flat {base['hw_hash']} (buffer_bytes=11010048"
+    assert base_header in text
     after = text.split(header)[1]  # the rows under the best hardware's header
     assert "exact optimum:" in after and "greedy:" in after
     assert "best / proven optimum at the best hardware (energy): 1.0000" in after
     report = write_report(result.out_dir).read_text()
     assert f"| exact optimum (oracle) | best `{best['hw_hash']}` |" in report
     assert f"| exact optimum (oracle) | base `{base['hw_hash']}` |" in report
-    assert f"- best hardware: isaac_reram `{best['hw_hash']}` (`buffer_bytes` = " in report
+    assert f"- best hardware: isaac_reram_flat `{best['hw_hash']}` (`buffer_bytes` = " in report
     assert "optimum at the best trial's hardware (energy): **1.0000**" in report
 
 
@@ -165,7 +166,7 @@ def test_fixed_hardware_rows_are_labelled_base(tmp_path: Path) -> None:
     result = search(MODEL, out=tmp_path, study="fixed", trials=3, backend="serial")
     assert "at_best_hardware" not in result.summary
     hw = result.summary["baselines"]["oracle"]["hardware"]
-    assert hw == {"role": "base", "name": "isaac_reram", "hw_hash": "f39c14947c3d8b31",
+    assert hw == {"role": "base", "name": "isaac_reram_flat", "hw_hash": "f39c14947c3d8b31",
                   "knobs": {}}  # fmt: skip
     t = result.trials
     assert set(t.loc[t["source"] == "search", "hw_role"]) == {"trial"}

@@ -76,7 +76,7 @@ def test_greedy_with_hardware_keeps_every_group_feasible() -> None:
     from fusiontune.sim.hardware import load_hardware
 
     g = build_zoo("resnet18", input_size=CNN_SIDE)
-    isaac = load_hardware("isaac_reram")
+    isaac = load_hardware("isaac_reram_flat")
     alone = simulate(g, unfused_plan(g), isaac).buffer_needed_bytes  # the largest single op
     tight = isaac.replace(buffer_bytes=2 * alone)
     plan = greedy_plan(g, hw=tight)

@@ -151,3 +151,17 @@ def test_cim_reads_bit_widths_from_the_hardware() -> None:
     assert fine.max_rel_err < default.max_rel_err / 10
     assert fine.counted_act_bytes == 2 * default.counted_act_bytes  # 16-bit activations
     assert fine.traffic_ok
+
+
+def test_verify_on_a_many_core_chip_checks_every_cores_peak() -> None:
+    """On ``isaac_reram`` (168 tiles) the buffer check is per core: each core's measured peak
+    against the placement's (a group's peak over all cores is not what any buffer holds)."""
+    from fusiontune.frontend.zoo import build_zoo
+    from fusiontune.sim.greedy import greedy_plan
+    from fusiontune.sim.hardware import load_hardware
+
+    graph, hw = build_zoo("resnet18", input_size=32), load_hardware("isaac_reram")
+    report = verify(graph, greedy_plan(graph, hw=hw), hw)
+    assert report.passed, report.summary()
+    assert len(report.model_peak_bytes) == hw.cores and "per core" in report.summary()
+    assert report.measured_peak_bytes == max(report.execution.core_peak_buffer_bytes)

@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
         default=None,
         metavar="PRESET|FILE",
         help="hardware preset or YAML file for the plan and the costs in the "
-        "metadata (default isaac_reram)",
+        "metadata (default isaac_reram_flat)",
     )
     p.add_argument(
         "-o",

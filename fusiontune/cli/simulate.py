@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
                    help="a baseline plan, the proven-optimal traffic plan on --hw, or a plan "
                    "JSON file (default greedy: maximal fusion that fits --hw)")  # fmt: skip
     p.add_argument("--hw", "--hardware", dest="hw", default=None, metavar="PRESET|FILE",
-                   help="hardware preset name or YAML file (default isaac_reram)")  # fmt: skip
+                   help="hardware preset name or YAML file (default isaac_reram_flat)")  # fmt: skip
     p.add_argument("--verify", action="store_true",
                    help="execute the plan; compare outputs and byte counts")  # fmt: skip
     p.add_argument("--numerics", choices=("float", "cim"), default="float",

@@ -41,6 +41,7 @@ from fusiontune.planner.lattice import Lattice
 from fusiontune.planner.plan import Group, Mode, Plan, PlannerConfig
 from fusiontune.sim.groupmodel import BITS_PER_BYTE, FIELD_INDEX, GroupModel, group_model
 from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.placement import group_on_cores, spread_crossbars
 
 OBJECTIVE_METRIC = {"traffic": "traffic_bytes", "energy": "energy_pj", "cycles": "cycles"}
 """Field minimised for each additive objective."""
@@ -131,7 +132,7 @@ def optimal_plan(
 
     Args:
         graph: the graph.
-        hw: hardware (default: the ISAAC-like chip).
+        hw: hardware (default: the flat ISAAC-like chip, ``isaac_reram_flat``).
         objective: ``traffic``, ``energy`` or ``cycles`` (additive over groups).
         time_limit_s: stop after this many seconds with the best plan and a proven gap
             (``None``: run to proven optimality).
@@ -173,6 +174,7 @@ class _Search:
         self.lattice = Lattice(graph, config)
         self.model: GroupModel = group_model(graph, hw)
         self.resident = hw.weights_resident
+        self.many_core = hw.cores > 1
         # ideal -> (crossing tensors, their bytes, output bytes to write, fixed costs inside)
         self._crossing: dict[int, tuple[int, int, int, float]] = {}
         self._static_bounds()
@@ -300,6 +302,7 @@ class _Search:
                         if nxt not in self._crossing:
                             self.crossing(nxt, ideal, t.mask)
                         rest = self.remaining(nxt)
+                        taken = False  # the group's per-core verdict (many cores only)
                         for k, lb in enumerate(here):
                             cand = _Label(lb.primary + pc, lb.secondary + sc, lb.crossbars + xb,
                                           ideal, k, t.mask, mode)  # fmt: skip
@@ -309,6 +312,18 @@ class _Search:
                                 labels, nxt, cand
                             ):
                                 continue
+                            if self.many_core and not taken:  # the group on fresh cores
+                                aligned = self._on_cores(t.mask, mode)
+                                if aligned < 0:
+                                    break
+                                taken = True
+                                if self.resident:  # whole cores per stage (spread packing)
+                                    xb = aligned
+                                    cand = cand._replace(crossbars=lb.crossbars + xb)
+                                    if cand.crossbars > n_crossbars or _dominated(
+                                        labels, nxt, cand
+                                    ):
+                                        continue
                             if undecided:  # replay the group's schedule only now
                                 if not model.fits(t.mask, mode):
                                     break
@@ -347,6 +362,15 @@ class _Search:
         return self._result(plan, value, bound, False, start, "time_limit", len(expanded),
                             n_groups)  # fmt: skip
 
+    def _on_cores(self, group_mask: int, mode: Mode) -> int:
+        """On a many-core chip: the crossbars the group takes in whole cores per stage, or -1
+        when a core's buffer (or the chip's cores) cannot hold it
+        (:func:`fusiontune.sim.placement.group_on_cores`: a property of the group alone)."""
+        names = self.lattice.s.ix.names
+        group = Group(tuple(names[i] for i in bits(group_mask)), mode)
+        fit = group_on_cores(self.graph, group, self.hw)
+        return -1 if fit.violations else fit.crossbars
+
     def _incumbent(self) -> tuple[float, float]:
         """(cost, secondary) of the hardware-aware greedy plan when it fits: a first bound
         that prunes the search (the optimum is never worse)."""
@@ -366,6 +390,8 @@ class _Search:
         metrics = simulate(self.graph, plan, self.hw)
         if not metrics.feasible:
             return None, None
+        if self.many_core and spread_crossbars(self.graph, plan, self.hw) > self.hw.n_crossbars:
+            return None, None  # placed densely: outside the plans the search compares
         return plan, float(getattr(metrics, self.metric))
 
     def _plan(self, labels: dict[int, list[_Label]], top: _Label) -> Plan:

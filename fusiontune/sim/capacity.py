@@ -300,6 +300,7 @@ class _CoreReplay(_Replay):
         self.shares = shares or {}
         self.core_used: dict[int, int] = {}
         self.core_peak: dict[int, int] = {}
+        self.core_limit: int | None = None
 
     def _charge(self, cores: tuple[int, ...], elems: int) -> None:
         for c in cores:
@@ -307,6 +308,8 @@ class _CoreReplay(_Replay):
             self.core_used[c] = used
             if used > self.core_peak.get(c, 0):
                 self.core_peak[c] = used
+                if self.core_limit is not None and used > self.core_limit:
+                    raise _PastLimit
 
     def _add_rows(self, t: _Tensor, rows: int) -> None:
         super()._add_rows(t, rows)
@@ -338,8 +341,11 @@ def core_peaks(
     holders: Mapping[str, tuple[int, ...]],
     node_core: Mapping[str, int],
     shares: Mapping[str, Mapping[int, int]] | None = None,
-) -> dict[int, int]:
+    limit: int | None = None,
+) -> dict[int, int] | None:
     """Each core's peak elements under the one-row schedule (not cached; the placement is).
+
+    With ``limit`` (elements), ``None`` as soon as some core passes it (a verdict, not peaks).
 
     Args:
         graph: the graph.
@@ -349,9 +355,14 @@ def core_peaks(
         node_core: node name -> the core it computes on (its scratch lives there).
         shares: tensor -> core -> elements of each of its rows that core also keeps (a
             convolution's line buffer on a core holding some of its tiles).
+        limit: stop when a core holds more than this many elements.
     """
     replay = _CoreReplay(graph, nodes, stored_tensors(graph, group), holders, node_core, shares)
-    replay.run()
+    replay.core_limit = limit
+    try:
+        replay.run()
+    except _PastLimit:
+        return None
     return dict(replay.core_peak)
 
 

@@ -354,7 +354,8 @@ def simulate(
     hw: HardwareConfig | None = None,
     replication: Mapping[str, int] | None = None,
 ) -> Metrics:
-    """Totals and per-group costs of ``plan`` on ``hw`` (default: the ISAAC-like chip).
+    """Totals and per-group costs of ``plan`` on ``hw`` (default: the flat ISAAC-like chip,
+    ``isaac_reram_flat``).
 
     The plan is not checked for legality here (``check_plan`` does that); capacity
     violations are reported in ``violations`` and ``feasible``, never raised.

@@ -13,6 +13,7 @@ from fusiontune.planner.groups import Group, PlannerConfig
 from fusiontune.planner.plan import Plan
 from fusiontune.sim.cost import group_cost
 from fusiontune.sim.hardware import HardwareConfig
+from fusiontune.sim.placement import group_on_cores
 
 
 def greedy_plan(
@@ -22,8 +23,9 @@ def greedy_plan(
 
     Without ``hw``: :func:`fusiontune.planner.baselines.greedy_plan` (nothing bounds a group
     but legality). With ``hw`` a union is taken only when the joined group fits that hardware
-    on its own (rule 7: buffer, and crossbars of a stream's stages), so every group of the
-    result is feasible (the plan-level crossbar total is not checked).
+    on its own (rule 7: buffer, and crossbars of a stream's stages; on a chip with
+    ``cores > 1`` also every core's buffer, :func:`fusiontune.sim.placement.group_on_cores`),
+    so every group of the result is feasible (the plan-level crossbar total is not checked).
     """
     if hw is None:
         return baselines.greedy_plan(graph, config)
@@ -31,9 +33,16 @@ def greedy_plan(
 
 
 def feasible_on(graph: Graph, hw: HardwareConfig) -> baselines.GroupPredicate:
-    """``fits(group)``: the group of ``graph`` is feasible on ``hw`` on its own."""
+    """``fits(group)``: the group of ``graph`` is feasible on ``hw`` on its own (on a
+    many-core chip: on its own fresh cores, :func:`fusiontune.sim.placement.group_on_cores`)."""
 
     def fits(group: Group) -> bool:
         return group_cost(graph, group, hw).feasible
 
-    return fits
+    if hw.cores == 1:
+        return fits
+
+    def fits_cores(group: Group) -> bool:
+        return fits(group) and not group_on_cores(graph, group, hw).violations
+
+    return fits_cores

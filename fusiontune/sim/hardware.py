@@ -85,7 +85,9 @@ MAX_TIME_NS = 1e9
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """Parameters of one CIM accelerator; defaults are the ISAAC-like ReRAM chip of DESIGN §7.
+    """Parameters of one CIM accelerator; defaults are the ISAAC-like ReRAM chip of DESIGN §7
+    as one flat pool (the preset ``isaac_reram_flat``; ``isaac_reram`` is the same chip as its
+    168 tiles, ``cores: 168``, ``docs/cores.md``).
 
     Attributes:
         name: preset name (not part of :attr:`hash`).
@@ -157,7 +159,7 @@ class HardwareConfig:
             not yet used by placement.
     """
 
-    name: str = "isaac_reram"
+    name: str = "isaac_reram_flat"
     crossbar_rows: int = 128
     crossbar_cols: int = 128
     cell_bits: int = 2
@@ -561,8 +563,9 @@ def load_hardware(
 
     Args:
         path_or_preset: ``None`` for the embedded default (:class:`HardwareConfig`), a preset
-            name (``isaac_reram``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``, ``zigzag_aimc``,
-            ``stream_tpu_like``; many-core: ``isaac_168``, ``puma_138``:
+            name (``isaac_reram_flat``, ``sram_edge``, ``isaac_hbm``, ``isaac_ddr``,
+            ``zigzag_aimc``, ``stream_tpu_like``; many-core: ``isaac_reram`` = ``isaac_168``,
+            ``puma_138``:
             ``fusiontune/presets/hardware/<name>.yaml``) or a YAML path.
             A YAML file lists any subset of the fields; the rest keep their defaults.
         overrides: field values applied on top (validated the same way).

@@ -69,20 +69,27 @@ def group_needs(graph: Graph, group: Group) -> GroupNeeds:
     pos = graph.op_index
     members = [pos[n] for n in group.ops]
     peak = group_peak(graph, group)
-    linear = [i for i in sorted(members) if model.st.matrix[i] is not None]
-    if group.mode.value == "merge" and len(linear) >= 2:
-        matrices: tuple[WeightMatrix, ...] = (model.merged_matrix(members)[0],)
-    else:
-        matrices = tuple(m for i in linear if (m := model.st.matrix[i]) is not None)
     names = graph_names(graph)
     return GroupNeeds(
         buffer_elems=peak.elems,
         stream_elems=peak.stream_elems,
         whole_elems=peak.whole_elems,
         accumulator_elems=peak.accumulator_elems,
-        matrices=matrices,
+        matrices=group_matrices(graph, group),
         folded_ops=frozenset(names[i] for i in model.folded_ops(members)),
     )
+
+
+def group_matrices(graph: Graph, group: Group) -> tuple[WeightMatrix, ...]:
+    """The crossbar matrices of one group (``GroupNeeds.matrices``) without its buffer replay:
+    one per LINEAR op in topological order, or the one merged matrix of a ``merge`` chain."""
+    model = group_model(graph, HardwareConfig())
+    pos = graph.op_index
+    members = [pos[n] for n in group.ops]
+    linear = [i for i in sorted(members) if model.st.matrix[i] is not None]
+    if group.mode.value == "merge" and len(linear) >= 2:
+        return (model.merged_matrix(members)[0],)
+    return tuple(m for i in linear if (m := model.st.matrix[i]) is not None)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The model of ``docs/cores.md`` (read it first), in five stages per group of the plan:
 
-1. **node partition** — each LINEAR stage's matrix (:func:`fusiontune.sim.needs.group_needs`;
+1. **node partition** — each LINEAR stage's matrix (:func:`fusiontune.sim.needs.group_matrices`;
    one merged matrix for a ``merge`` group) is cut into crossbar tiles, ``row_tiles x col_tiles``
    per matrix, ``count`` matrices, ``r`` copies (replication);
 2. **packing** — tiles fill the crossbars of consecutive cores (network order: a snake over
@@ -30,7 +30,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from fusiontune.sim.capacity import core_peaks
 from fusiontune.sim.groupmodel import group_model
 from fusiontune.sim.hardware import BITS_PER_BYTE, HardwareConfig
 from fusiontune.sim.matrices import crossbar_tiles
-from fusiontune.sim.needs import WeightMatrix, group_needs
+from fusiontune.sim.needs import WeightMatrix, group_matrices
 from fusiontune.sim.rows import RowKind, row_elems
 from fusiontune.sim.structure import Node, group_order, group_structure, node_row_map
 from fusiontune.sim.tiling import singleton_tiling
@@ -491,12 +491,23 @@ def core_aligned(crossbar: int, hw: HardwareConfig) -> int:
 
 
 MAX_CACHED_PAIRS = 32  # (graph, hardware) pairs whose placed groups stay cached
-_CACHE: OrderedDict[tuple[str, str], dict[Any, PlacedGroup]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str], dict[Any, Any]] = OrderedDict()
 
 
 def clear_placements() -> None:
     """Drop every cached placed group (``cost.clear_cache`` calls it)."""
     _CACHE.clear()
+
+
+def _table(graph: Graph, hw: HardwareConfig) -> dict[Any, Any]:
+    """The cache of placed groups and verdicts of one (graph, hardware) pair."""
+    pair = (graph.structural_hash, hw.hash)
+    table = _CACHE.get(pair)
+    if table is None:
+        table = _CACHE[pair] = {}
+        while len(_CACHE) > MAX_CACHED_PAIRS:
+            _CACHE.popitem(last=False)
+    return table
 
 
 def place_group(
@@ -520,12 +531,7 @@ def place_group(
             fresh core, the default; :data:`POLICIES`).
     """
     _check_policy(policy)
-    pair = (graph.structural_hash, hw.hash)
-    table = _CACHE.get(pair)
-    if table is None:
-        table = _CACHE[pair] = {}
-        while len(_CACHE) > MAX_CACHED_PAIRS:
-            _CACHE.popitem(last=False)
+    table = _table(graph, hw)
     reps = replication or {}
     copies = tuple((n, reps[n]) for n in group.ops if reps.get(n, 1) != 1) if reps else ()
     key = (group.ops, group.mode.value, start, copies, policy)
@@ -535,14 +541,25 @@ def place_group(
     return hit
 
 
-def _place_group(
+class _Layout(NamedTuple):
+    """Where a group's stages and ops sit, and what crosses the network (no buffers yet)."""
+
+    stages: tuple[StagePlacement, ...]
+    home: dict[str, int]
+    holders: dict[str, tuple[int, ...]]
+    flow: _Flow
+    shares: dict[str, dict[int, int]]  # tensor -> core -> elements of each row it keeps
+
+
+def _layout(
     graph: Graph,
     group: Group,
     hw: HardwareConfig,
     start: int,
     reps: Mapping[str, int],
-    spread: bool = False,
-) -> PlacedGroup:
+    spread: bool,
+) -> _Layout:
+    """Placement steps 1-4 of the module docstring for one group."""
     flow = _Flow(hw)
     stages: list[StagePlacement] = []
     home: dict[str, int] = {}
@@ -550,7 +567,7 @@ def _place_group(
     tiled = len(group.ops) == 1 and singleton_tiling(graph, group, hw) is not None
     convs = {} if tiled else conv_inputs(graph, group_structure(graph, group))
     shares: dict[str, dict[int, int]] = {}  # tensor -> core -> elements per row it keeps
-    for m in group_needs(graph, group).matrices:
+    for m in group_matrices(graph, group):
         if spread:
             cursor = core_aligned(cursor, hw)
         conv = convs.get(m.ops[0]) if len(m.ops) == 1 else None
@@ -590,36 +607,148 @@ def _place_group(
             n_bytes = math.prod(graph.tensors[t].shape) * hw.act_bytes
             for core in reading:
                 flow.send(home[op.name], core, n_bytes)
-    pos = graph.op_index
-    totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
-    needed = int(totals.buffer_needed_bytes or 0)  # what group_cost reports
     holders = tensor_cores(graph, group, home)
     for t, mine in shares.items():  # a core holding the whole rows needs no share of them
         for core in holders.get(t, ()):
             mine.pop(core, None)
     shares = {t: mine for t, mine in shares.items() if mine}
-    charge = _charge_buffers(graph, group, hw, home, holders, needed, shares)
-    violations = [
+    return _Layout(tuple(stages), home, holders, flow, shares)
+
+
+def _singleton_bytes(graph: Graph, group: Group, hw: HardwareConfig) -> int:
+    """The group model's ``buffer_needed_bytes`` of a group (a singleton's, maybe tiled)."""
+    pos = graph.op_index
+    totals = group_model(graph, hw).evaluate([pos[n] for n in group.ops], group.mode)
+    return int(totals.buffer_needed_bytes or 0)
+
+
+def _violations(group: Group, hw: HardwareConfig, charge: Mapping[int, int]) -> tuple[str, ...]:
+    return tuple(
         f"group {_name(group)}: core {core} holds {b} B at its peak, its buffer "
         f"(core_buffer_bytes = buffer_bytes / cores) is {hw.core_buffer_bytes} B"
         for core, b in sorted(charge.items())
         if b > hw.core_buffer_bytes
-    ]
-    busiest = flow.max_link_bytes
+    )
+
+
+def _place_group(
+    graph: Graph,
+    group: Group,
+    hw: HardwareConfig,
+    start: int,
+    reps: Mapping[str, int],
+    spread: bool = False,
+) -> PlacedGroup:
+    lay = _layout(graph, group, hw, start, reps, spread)
+    needed = _singleton_bytes(graph, group, hw) if len(group.ops) == 1 else 0
+    charge = _charge_buffers(graph, group, hw, lay.home, lay.holders, needed, lay.shares)
+    busiest = lay.flow.max_link_bytes
     return PlacedGroup(
         ops=group.ops,
-        stages=tuple(stages),
-        home=home,
-        noc_bytes=flow.bytes,
-        noc_byte_hops=flow.byte_hops,
+        stages=lay.stages,
+        home=lay.home,
+        noc_bytes=lay.flow.bytes,
+        noc_byte_hops=lay.flow.byte_hops,
         core_buffer_bytes=charge,
-        violations=tuple(violations),
-        tensor_cores=holders,
-        core_sent_bytes=flow.sent,
-        core_received_bytes=flow.received,
+        violations=_violations(group, hw, charge),
+        tensor_cores=lay.holders,
+        core_sent_bytes=lay.flow.sent,
+        core_received_bytes=lay.flow.received,
         noc_max_link_bytes=busiest,
         noc_cycles=noc_cycles(hw, busiest),
     )
+
+
+class CoreFit(NamedTuple):
+    """A group's verdict on a many-core chip, a property of the group alone
+    (:func:`group_on_cores`).
+
+    Attributes:
+        violations: why the group does not fit (a core over its buffer, or more cores than
+            the chip has for its stages); empty when it fits.
+        crossbars: crossbars its stages take with each stage on fresh cores (whole cores:
+            what the group adds to a ``spread`` plan's fill).
+    """
+
+    violations: tuple[str, ...]
+    crossbars: int
+
+
+def group_on_cores(graph: Graph, group: Group, hw: HardwareConfig) -> CoreFit:
+    """Whether ``group`` fits every core's buffer on ``hw``, whatever plan it is part of.
+
+    Under the default ``spread`` packing every LINEAR stage starts on a fresh core, so a group
+    placed from any crossbar is the one placed from crossbar 0 moved by whole cores (the
+    first stage is rounded up to a core boundary; a group without stages sits on one core).
+    Moving the cores moves the hops but not which ops and tensors share a core, so each
+    core's peak, and hence the verdict, is the group's own — as long as the plan's stages fit
+    the chip without wrapping, which :func:`spread_crossbars` tells. The exact optimizer and
+    the greedy baseline use this verdict on chips with ``cores > 1`` (``docs/cores.md``).
+
+    Cached like :func:`place_group`. A core whose tensors held whole (plus its ops'
+    accumulators and outputs) fit its buffer needs no replay; otherwise its peak is the
+    replay's, as in :func:`place_group`.
+    """
+    table = _table(graph, hw)
+    key = ("fit", group.ops, group.mode.value)
+    hit = table.get(key)
+    if hit is not None:
+        assert isinstance(hit, CoreFit)
+        return hit
+    lay = _layout(graph, group, hw, 0, {}, True)
+    crossbars = sum(core_aligned(st.crossbars, hw) for st in lay.stages)
+    violations: tuple[str, ...] = ()
+    if crossbars > hw.n_crossbars:
+        violations = (
+            f"group {_name(group)}: its stages need {crossbars // hw.core_crossbars} cores "
+            f"of {hw.core_crossbars} crossbars each on fresh cores, the chip has {hw.cores}",
+        )
+    elif len(group.ops) == 1:
+        needed = _singleton_bytes(graph, group, hw)
+        charge = _charge_buffers(graph, group, hw, lay.home, lay.holders, needed, lay.shares)
+        violations = _violations(group, hw, charge)
+    elif any(b > hw.core_buffer_bytes for b in _whole_bytes(graph, hw, lay).values()):
+        nodes = group_structure(graph, group)
+        limit = hw.core_buffer_bytes // hw.act_bytes  # stop at the first core past its buffer
+        peaks = core_peaks(graph, group, nodes, lay.holders,
+                           {n.name: lay.home[n.name] for n in nodes}, lay.shares,
+                           limit)  # fmt: skip
+        if peaks is None:
+            violations = (
+                f"group {_name(group)}: a core holds more than its buffer "
+                f"(core_buffer_bytes = buffer_bytes / cores, {hw.core_buffer_bytes} B)",
+            )
+    fit = table[key] = CoreFit(violations, crossbars)
+    return fit
+
+
+def _whole_bytes(graph: Graph, hw: HardwareConfig, lay: _Layout) -> dict[int, int]:
+    """Per core, an upper bound on its peak: every tensor it holds, whole, plus the
+    accumulators and outputs of the ops it runs (their scratch)."""
+    acc = group_model(graph, hw).st.acc_elems
+    pos = graph.op_index
+    out: dict[int, int] = {}
+    for t, cores in lay.holders.items():
+        n = math.prod(graph.tensors[t].shape)
+        for c in cores:
+            out[c] = out.get(c, 0) + n
+    for t, mine in lay.shares.items():  # line buffers: a share of every row, held whole
+        rows = math.prod(graph.tensors[t].shape) // max(1, row_elems(graph, t))
+        for c, per_row in mine.items():
+            out[c] = out.get(c, 0) + rows * per_row
+    for name, c in lay.home.items():
+        op = graph.op_by_name[name]
+        scratch = acc[pos[name]] + sum(math.prod(graph.tensors[t].shape) for t in op.outputs if t)
+        out[c] = out.get(c, 0) + scratch
+    return {c: n * hw.act_bytes for c, n in out.items()}
+
+
+def spread_crossbars(graph: Graph, plan: Plan, hw: HardwareConfig) -> int:
+    """Crossbars a ``spread`` placement of ``plan`` takes, counted in whole cores per stage
+    (resident weights: the sum over the groups; else the largest group's). At most
+    ``n_crossbars`` exactly when ``place_plan`` packs the plan ``spread`` (no dense fallback)."""
+    per_group = [group_on_cores(graph, g, hw).crossbars for g in plan.groups]
+    return sum(per_group) if hw.weights_resident else max(per_group, default=0)
 
 
 def tensor_cores(graph: Graph, group: Group, home: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
@@ -661,6 +790,7 @@ def _charge_buffers(
     nodes = group_structure(graph, group)
     node_core = {n.name: home[n.name] for n in nodes}
     peaks = core_peaks(graph, group, nodes, holders, node_core, shares)
+    assert peaks is not None  # no limit: every core's peak
     charge = {core: elems * hw.act_bytes for core, elems in sorted(peaks.items())}
     if len(group.ops) == 1:
         charge[home[group.ops[0]]] = needed

@@ -4,8 +4,10 @@ A group of several ops needs its intermediates on chip (that is what fusion is),
 fit the buffer under the row schedule of :mod:`fusiontune.sim.capacity`. A group of **one**
 op needs nothing on chip between ops: a real accelerator runs any single layer by tiling it
 through DRAM (the mappers of ZigZag and Timeloop always find a mapping). When a singleton's
-one-row schedule overflows ``hw.buffer_bytes``, the executor runs it by one of the schemes
-below instead, and this module predicts what that moves and holds; the executor
+one-row schedule overflows its buffer (``hw.core_buffer_bytes``: the whole ``buffer_bytes``
+on a flat chip, its home core's share on a many-core chip, where a singleton's rows all sit
+on that core, ``docs/cores.md``), the executor runs it by one of the schemes below instead,
+and this module predicts what that moves and holds; the executor
 (:mod:`fusiontune.sim.tiled_run`) measures the same schedule on real arrays, and
 ``tests/test_tiling.py`` checks the two against each other.
 
@@ -229,13 +231,14 @@ def singleton_tiling(graph: Graph, group: Group, hw: HardwareConfig) -> Tiling |
     """The tiled schedule of ``group`` on ``hw``, or ``None`` when it runs by rows.
 
     Only a group of one op whose one-row schedule (:func:`fusiontune.sim.capacity.group_peak`)
-    overflows ``hw.buffer_bytes`` is tiled, and a fused attention always (its flash scheme).
-    Cached per (graph, op, buffer, act_bytes, partial-sum size).
+    overflows the buffer of the core it runs on (``hw.core_buffer_bytes``, which is
+    ``buffer_bytes`` on a one-core chip) is tiled, and a fused attention always (its flash
+    scheme). Cached per (graph, op, buffer, act_bytes, partial-sum size).
     """
     if len(group.ops) != 1:
         return None
     ab = hw.act_bytes
-    cap = hw.buffer_bytes // ab
+    cap = hw.core_buffer_bytes // ab
     acc = acc_units(hw)
     key = (graph.structural_hash, group.ops[0], cap, ab, acc)
     if key in _CACHE:
