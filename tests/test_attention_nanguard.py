@@ -15,7 +15,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from fusiontune.errors import FusiontuneError
 from fusiontune.frontend.onnx_import import load_onnx
 from fusiontune.ir.graph import Graph
 from fusiontune.ops import AttentionRole, attention_role, is_activation_matmul
@@ -145,9 +144,38 @@ def test_unguarded_the_masked_row_stays_nan(tmp_path: Path) -> None:
     assert np.isfinite(np.delete(online, MASKED_ROW, axis=2)).all()
 
 
-def test_export_of_a_guarded_attention_is_refused_by_name(tmp_path: Path) -> None:
+def test_export_writes_onnx_attention_which_zeros_the_row_and_reimports_guarded(
+    tmp_path: Path,
+) -> None:
     from fusiontune.export.onnx_export import to_onnx
 
     fused = fuse_attention(_load(tmp_path))
-    with pytest.raises(FusiontuneError, match=r"nan_guard=1"):
-        to_onnx(fused, opset=23)
+    model = to_onnx(fused, opset=23)
+    (node,) = [n for n in model.graph.node if n.op_type == "Attention"]
+    assert NAN_GUARD not in {a.name for a in node.attribute}  # ONNX's Attention zeros the row
+    x = _feeds()
+    want = _ort(_model(), x)
+    assert _rel_err(_ort(model, x), want) <= REL_TOL
+    path = tmp_path / "exported.onnx"
+    onnx.save(model, str(path))
+    again = load_onnx(path)  # ONNX's Attention spelled out with the guard, which P5 absorbs
+    (chain,) = find_attention(again)
+    assert chain.fusable and chain.nan_guard, chain.reason
+    refused = fuse_attention(again)
+    (name,) = _fused(refused)
+    assert refused.op(name).attrs[NAN_GUARD] == 1
+    assert _rel_err(reference_run(refused, x)["y"], want) <= REL_TOL
+
+
+def test_an_onnx_attention_without_a_mask_gets_no_guard(tmp_path: Path) -> None:
+    from fusiontune.export.onnx_export import to_onnx
+
+    fused = fuse_attention(_load(tmp_path))
+    (name,) = _fused(fused)
+    op = fused.op(name)
+    unmasked = dataclasses.replace(op, inputs=op.inputs[:3])
+    graph = Graph(fused.name, fused.tensors, (unmasked,), fused.inputs, fused.outputs)
+    path = tmp_path / "unmasked.onnx"
+    onnx.save(to_onnx(graph.lint(), opset=23), str(path))
+    (chain,) = find_attention(load_onnx(path))
+    assert chain.fusable and not chain.nan_guard

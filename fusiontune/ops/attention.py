@@ -51,7 +51,8 @@ ATTENTION_OPSET = 23
 MASK_INPUT = 3
 NAN_GUARD = "nan_guard"
 """The fused op's own attribute (not ONNX's): 1 = a fully masked query row outputs zeros
-(the probabilities' ``where(isnan(p), 0, p)`` absorbed), 0 = NaN, as the softmax gives."""
+(the probabilities' ``where(isnan(p), 0, p)`` absorbed; ONNX's ``Attention`` itself, whose
+import spells the guard out), 0 = NaN, as a plain softmax gives."""
 ONLINE_BLOCK = 16
 """K/V rows per step of :func:`online_attention` (the fused kernel on whole arrays)."""
 ALU_OPS_PER_SCORE_FIXED = 5
@@ -315,7 +316,9 @@ def mask_problem(mask: tuple[int, ...], scores: tuple[int, ...], dtype: str) -> 
 def _export(
     op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
 ) -> tuple[list[str], dict[str, Any], list[str]]:
-    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name."""
+    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name;
+    :data:`NAN_GUARD` is not written (ONNX's Attention already outputs 0 for a fully masked
+    row)."""
     if opset < ATTENTION_OPSET:
         raise FusiontuneError(
             f"op '{op.name}' (Attention): ONNX has the Attention op from opset "
@@ -323,12 +326,10 @@ def _export(
         )
     if attrs.get("scale") is None:
         attrs.pop("scale", None)
-    if attrs.pop(NAN_GUARD, 0):
-        raise FusiontuneError(
-            f"op '{op.name}' (Attention): nan_guard=1 (a fully masked query row outputs 0, "
-            "from the absorbed where(isnan(p), 0, p)) has no ONNX Attention attribute; export "
-            "the model without --fuse-attention to keep the guard as ops"
-        )
+    # ONNX's Attention gives a fully masked row zeros (its opset-23 errata; onnxruntime
+    # 1.32 does), which is what nan_guard=1 says: the attribute is ONNX's semantics and is
+    # dropped. (An op without the guard, NaN there, also exports as ONNX's Attention.)
+    attrs.pop(NAN_GUARD, None)
     return inputs, attrs, outputs
 
 
