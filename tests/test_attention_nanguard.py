@@ -179,3 +179,40 @@ def test_an_onnx_attention_without_a_mask_gets_no_guard(tmp_path: Path) -> None:
     onnx.save(to_onnx(graph.lint(), opset=23), str(path))
     (chain,) = find_attention(load_onnx(path))
     assert chain.fusable and not chain.nan_guard
+
+
+def test_a_where_with_another_fill_is_no_guard_and_stays_a_barrier(tmp_path: Path) -> None:
+    model = _model()
+    for init in model.graph.initializer:
+        if init.name == "zero":
+            init.CopyFrom(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.5]))
+    path = tmp_path / "half.onnx"
+    onnx.save(model, str(path))
+    (chain,) = find_attention(load_onnx(path))
+    assert not chain.fusable and "IsNaN" in chain.reason and "Where" in chain.reason
+
+
+def test_a_3d_onnx_attention_with_a_masked_row_fuses_sequence_major(tmp_path: Path) -> None:
+    f32 = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info(n, f32, [B, N, H * D]) for n in ("q", "k", "v")]
+    inputs.append(helper.make_tensor_value_info("mask", f32, [B, 1, N, N]))
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], q_num_heads=H,
+                            kv_num_heads=H)  # fmt: skip
+    out = helper.make_tensor_value_info("y", f32, [B, N, H * D])
+    model = helper.make_model(helper.make_graph([node], "a3", inputs, [out]),
+                              opset_imports=[helper.make_opsetid("", 23)])  # fmt: skip
+    path = tmp_path / "a3.onnx"
+    onnx.save(model, str(path))
+    fused = fuse_attention(load_onnx(path))
+    (name,) = _fused(fused)
+    op = fused.op(name)
+    assert op.attrs[NAN_GUARD] == 1 and op.attrs["q_num_heads"] == H
+    x = _feeds()
+    x.update({n: x[n].transpose(0, 2, 1, 3).reshape(B, N, H * D) for n in ("q", "k", "v")})
+    want = _ort(model, x)
+    assert np.all(want[:, MASKED_ROW] == 0)
+    assert _rel_err(reference_run(fused, x)["y"], want) <= REL_TOL
+    hw = dataclasses.replace(HW, buffer_bytes=160)
+    plan = singleton_plan(fused)
+    assert verify(fused, plan, hw=hw).passed
+    assert _rel_err(execute(fused, plan, x, hw=hw).outputs["y"], want) <= REL_TOL
