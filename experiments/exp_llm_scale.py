@@ -266,10 +266,11 @@ def render(rows: list[dict[str, Any]]) -> None:
         "`tests/test_llm.py` checks the re-loads on a 4-crossbar chip at 256 tokens).",
         "Fused attention: at 16 tokens the scores are small: the fused optimum moves 0.875x the "
         "barrier optimum's activation bytes in prefill and 0.983x in decode.",
-        "The dynamo export (2,056 ONNX nodes) keeps every attention a barrier: torch's "
-        "scaled_dot_product_attention decomposition guards the probabilities with "
-        "`Where(IsNaN(p), 0, p)`, and P5 names that reason (`the probabilities of ... are read "
-        "by IsNaN, Where`).",
+        "The dynamo export (2,056 ONNX nodes): torch's scaled_dot_product_attention "
+        "decomposition guards the probabilities with `Where(IsNaN(p), 0, p)`. P5 absorbs the "
+        "guard (`nan_guard=1`, docs/attention.md) and fuses all 32 attentions (before it "
+        "refused them: `the probabilities of ... are read by IsNaN, Where`); this run "
+        "predates that and has dynamo rows with attention as barriers only.",
         "Timings: `*_s` wall seconds, `*_cpu_s` the process's CPU seconds (one core; the "
         "optimizer is single-threaded), on 2 cores shared with up to a dozen other jobs "
         "(load average ~12 during the run): the CPU seconds are the fair figure.",

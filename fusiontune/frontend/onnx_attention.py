@@ -10,9 +10,11 @@ torch exporter writes (``Transpose(K)`` -> ``MatMul(Q, Kᵀ)`` -> ``Mul(scale)``
 Supported:
 
 - ``Attention`` (default domain): 4-D ``Q, K, V`` or 3-D with ``q_num_heads`` /
-  ``kv_num_heads``, an optional float ``attn_mask``, ``scale`` (default
-  ``1/sqrt(head_size)``), ``is_causal`` (top-left: a constant ``[Nq, Nk]`` mask of
-  ``finfo.min`` above the diagonal, which P5 turns back into ``is_causal``), grouped K/V
+  ``kv_num_heads``, an optional float ``attn_mask`` (a row it masks wholly with −inf gives
+  zeros, ONNX's rule: the probabilities get torch's guard ``where(isnan(p), 0, p)``),
+  ``scale`` (default ``1/sqrt(head_size)``), ``is_causal`` (top-left: a constant
+  ``[Nq, Nk]`` mask of ``finfo.min`` above the diagonal, which P5 turns back into
+  ``is_causal``), grouped K/V
   heads (fewer ``kv_num_heads``, or 4-D K/V with fewer heads: HF's ``repeat_kv`` written as
   ``Reshape`` -> ``Expand`` -> ``Reshape``, which P5 absorbs), output ``Y`` only.
   ``softcap``, a boolean mask, past keys/values and the extra outputs leave the node as it
@@ -157,7 +159,7 @@ def _onnx_attention(
     if parts is None:
         return None
     return _decomposition(tag, q, k, v, mask or None, _scale(node, head), heads, node.output[0],
-                          parts)  # fmt: skip
+                          parts, nan_guard=bool(mask))  # fmt: skip
 
 
 def _decoder_parts(
@@ -209,9 +211,12 @@ def _decomposition(
     heads: int | None,
     y: str,
     parts: _Decoder | None = None,
+    nan_guard: bool = False,
 ) -> Expansion:
     """The exporter's decomposition; ``heads`` splits 3-D ``[B, S, H·d]`` inputs first (K and
-    V into their own heads); ``parts``: a causal mask and the K/V heads' repeat."""
+    V into their own heads); ``parts``: a causal mask and the K/V heads' repeat;
+    ``nan_guard``: the probabilities guarded by ``where(isnan(p), 0, p)`` (ONNX's Attention
+    gives a row whose mask is all −inf zeros; P5 absorbs the guard as ``nan_guard=1``)."""
     parts = parts or _Decoder()
     nodes: list[onnx.NodeProto] = []
     inits = [helper.make_tensor(f"{tag}.scale", TensorProto.FLOAT, [], [scale])]
@@ -265,6 +270,10 @@ def _decomposition(
         inits.append(numpy_helper.from_array(causal, f"{tag}.causal"))
         s = node("Add", [s, f"{tag}.causal"], f"{tag}.causal_masked")
     p = node("Softmax", [s], f"{tag}.probs", axis=-1)
+    if nan_guard:
+        inits.append(helper.make_tensor(f"{tag}.zero", TensorProto.FLOAT, [], [0.0]))
+        nan = node("IsNaN", [p], f"{tag}.probs_nan")
+        p = node("Where", [nan, f"{tag}.zero", p], f"{tag}.probs_guarded")
     if heads is None:
         node("MatMul", [p, v], y)
     else:

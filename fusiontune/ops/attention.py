@@ -7,7 +7,10 @@ The op is ONNX's ``Attention`` (opset 23) in the form the attention pattern (P5,
 Grouped heads (GQA/MQA): ``K`` and ``V`` may have ``Hk`` heads with ``H`` a multiple of
 ``Hk``; query head ``h`` reads key/value head ``h // (H / Hk)`` (ONNX's interleaved repeat,
 HF's ``repeat_kv``). ``is_causal=1``: query ``i`` sees keys ``j <= i`` (ONNX's top-left
-alignment without past keys), the fully masked K/V blocks are skipped. Other forms (3-D
+alignment without past keys), the fully masked K/V blocks are skipped. ``nan_guard=1`` (not
+ONNX's: :data:`NAN_GUARD`): a query row whose every key is masked (all scores −inf) outputs
+zeros instead of NaN, the softmax guard ``where(isnan(p), 0, p)`` torch's dynamo exporter
+writes, absorbed by P5. Other forms (3-D
 inputs, ``softcap``, a boolean mask, past keys and values, extra outputs) are OPAQUE with the
 reason (:func:`_unsupported`).
 
@@ -46,6 +49,10 @@ ATTENTION = "Attention"
 ATTENTION_OPSET = 23
 """The first ONNX opset with the ``Attention`` op."""
 MASK_INPUT = 3
+NAN_GUARD = "nan_guard"
+"""The fused op's own attribute (not ONNX's): 1 = a fully masked query row outputs zeros
+(the probabilities' ``where(isnan(p), 0, p)`` absorbed; ONNX's ``Attention`` itself, whose
+import spells the guard out), 0 = NaN, as a plain softmax gives."""
 ONLINE_BLOCK = 16
 """K/V rows per step of :func:`online_attention` (the fused kernel on whole arrays)."""
 ALU_OPS_PER_SCORE_FIXED = 5
@@ -54,6 +61,7 @@ ALU_OPS_PER_SCORE_FIXED = 5
 _DEFAULTS = {
     "is_causal": 0,
     "kv_num_heads": 0,
+    NAN_GUARD: 0,
     "q_num_heads": 0,
     "qk_matmul_output_mode": 0,
     "scale": None,
@@ -65,6 +73,11 @@ _DEFAULTS = {
 def is_causal(op: Op) -> bool:
     """The op masks keys after each query (``is_causal=1``, top-left aligned)."""
     return bool(attr(op, "is_causal"))
+
+
+def nan_guarded(op: Op) -> bool:
+    """A fully masked query row outputs zeros, not NaN (:data:`NAN_GUARD`)."""
+    return bool(attr(op, NAN_GUARD))
 
 
 def kv_group(q_heads: int, kv_heads: int) -> int:
@@ -121,9 +134,16 @@ def online_step(
     return m_new, alpha * total + p.sum(axis=1, keepdims=True), alpha * o + p @ v
 
 
-def online_finish(state: tuple[Array, Array, Array]) -> Array:
-    """The output rows ``o / l`` of a finished Q tile."""
+def online_finish(state: tuple[Array, Array, Array], guard: bool = False) -> Array:
+    """The output rows ``o / l`` of a finished Q tile. A row that saw no key (every score
+    −inf: ``l = 0``, ``o = 0``) is NaN, as a softmax of it is; ``guard`` (:data:`NAN_GUARD`)
+    makes it 0."""
     _, total, o = state
+    if guard:
+        empty = total == 0
+        return np.where(empty, np.float32(0), o / np.where(empty, np.float32(1), total)).astype(
+            np.float32
+        )
     return (o / total).astype(np.float32)
 
 
@@ -195,13 +215,14 @@ def online_attention(op: Op, inputs: Inputs, block: int = ONLINE_BLOCK) -> list[
                 bias = causal_bias(positions, cols.start, cols.stop)
                 part = bias if part is None else part + bias
             state = online_step(state, q[b, h], k[b, kh, cols], v[b, kh, cols], scale, part)
-        out[b, h] = online_finish(state)
+        out[b, h] = online_finish(state, nan_guarded(op))
     return [out if heads_of(op) is None else merge_heads(out)]
 
 
 def _reference(op: Op, inputs: Inputs) -> list[Array]:
     """Scores whole: ``softmax(scale·Q·Kᵀ + mask, axis=-1)·V`` (ONNX Attention, opset 23;
-    grouped K/V heads repeated, a causal mask as −inf after each query)."""
+    grouped K/V heads repeated, a causal mask as −inf after each query; ``nan_guard``: the
+    probabilities' NaN, a fully masked row's, set to 0)."""
     q, k, v, mask = _operands(op, inputs)
     group = kv_group(q.shape[1], k.shape[1])
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
@@ -210,8 +231,12 @@ def _reference(op: Op, inputs: Inputs) -> list[Array]:
         s = s + mask
     if is_causal(op):
         s = s + causal_bias(np.arange(q.shape[2]), 0, k.shape[2])
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    p = e / e.sum(axis=-1, keepdims=True)
+    guard = nan_guarded(op)
+    with np.errstate(invalid="ignore" if guard else np.geterr()["invalid"]):
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        p = e / e.sum(axis=-1, keepdims=True)
+    if guard:
+        p = np.where(np.isnan(p), np.float32(0), p)
     y = np.matmul(p, v).astype(np.float32)
     return [y if heads_of(op) is None else merge_heads(y)]
 
@@ -291,7 +316,9 @@ def mask_problem(mask: tuple[int, ...], scores: tuple[int, ...], dtype: str) -> 
 def _export(
     op: Op, graph: Graph, opset: int, inputs: list[str], attrs: dict[str, Any], outputs: list[str]
 ) -> tuple[list[str], dict[str, Any], list[str]]:
-    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name."""
+    """ONNX has ``Attention`` from opset 23 on: an earlier opset is refused by name;
+    :data:`NAN_GUARD` is not written (ONNX's Attention already outputs 0 for a fully masked
+    row)."""
     if opset < ATTENTION_OPSET:
         raise FusiontuneError(
             f"op '{op.name}' (Attention): ONNX has the Attention op from opset "
@@ -299,6 +326,10 @@ def _export(
         )
     if attrs.get("scale") is None:
         attrs.pop("scale", None)
+    # ONNX's Attention gives a fully masked row zeros (its opset-23 errata; onnxruntime
+    # 1.32 does), which is what nan_guard=1 says: the attribute is ONNX's semantics and is
+    # dropped. (An op without the guard, NaN there, also exports as ONNX's Attention.)
+    attrs.pop(NAN_GUARD, None)
     return inputs, attrs, outputs
 
 
@@ -344,9 +375,11 @@ def attention_op(
     scale: float,
     causal: bool = False,
     heads: tuple[int, int] | None = None,
+    nan_guard: bool = False,
 ) -> Op:
     """The fused op: ``Y = softmax(scale·Q·Kᵀ + mask)·V`` (ONNX ``Attention``, opset 23;
-    ``causal``: ``is_causal=1``; ``heads``: the 3-D form's ``(q_num_heads, kv_num_heads)``)."""
+    ``causal``: ``is_causal=1``; ``heads``: the 3-D form's ``(q_num_heads, kv_num_heads)``;
+    ``nan_guard``: :data:`NAN_GUARD`)."""
     from fusiontune.ir.graph import Op
 
     inputs = (q, k, v) if mask is None else (q, k, v, mask)
@@ -355,6 +388,8 @@ def attention_op(
         attrs["is_causal"] = 1
     if heads is not None:
         attrs["q_num_heads"], attrs["kv_num_heads"] = heads
+    if nan_guard:
+        attrs[NAN_GUARD] = 1
     return Op(name, ATTENTION, inputs, (y,), attrs)
 
 

@@ -100,6 +100,7 @@ class AttentionRole(str, Enum):
     FUSED = "fused"  # the fused attention op itself (ops/attention.py): runs by the flash scheme
     VIEW = "view"  # the same elements in row-major order, another shape (Reshape, Unsqueeze)
     BROADCAST = "broadcast"  # numpy broadcasting to a larger shape (Expand): GQA's repeat_kv
+    NAN_TEST = "nan_test"  # isnan(x): with where(isnan(p), 0, p), the softmax's NaN guard
 
 
 class PoolReduce(str, Enum):

@@ -358,7 +358,7 @@ OPS: tuple[OpDef, ...] = (
     OpDef("Sum", shape=broadcast_rule, reference=_variadic(np.add)),
     OpDef("Mod", defaults={"fmod": 0}, reference=_mod),
     OpDef("Not", reference=_unary(lambda x, op: np.logical_not(x))),
-    OpDef("IsNaN", reference=_predicate(np.isnan)),
+    OpDef("IsNaN", reference=_predicate(np.isnan), attention_role=AttentionRole.NAN_TEST),
     OpDef("Equal", reference=_binary(np.equal)),
     OpDef("Less", reference=_binary(np.less)),
     OpDef("LessOrEqual", reference=_binary(np.less_equal)),

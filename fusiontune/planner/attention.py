@@ -54,6 +54,7 @@ from fusiontune.ops import (
 )
 from fusiontune.ops.attention import (
     KEYS_LAST,
+    NAN_GUARD,
     add_op,
     attention_op,
     heads_of,
@@ -92,6 +93,8 @@ class AttentionChain:
         reason: why the chain stays a barrier (empty: it fuses).
         heads: ``(H, Hk)`` when the head split of Q, K, V and the merge of the output are
             absorbed: the fused op reads and writes the projections' ``[B, N, H·d]``.
+        nan_guard: the probabilities' ``where(isnan(p), 0, p)`` (torch dynamo's guard of a
+            fully masked row) is absorbed: the fused op outputs 0 for such a row.
     """
 
     softmax: str
@@ -105,6 +108,7 @@ class AttentionChain:
     output: str = ""
     reason: str = ""
     heads: tuple[int, int] | None = None
+    nan_guard: bool = False
 
     @property
     def fusable(self) -> bool:
@@ -304,9 +308,17 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
                            f"(keys) axis of the scores {s_shape}")  # fmt: skip
     probs, passed = softmax.outputs[0], []
     readers = graph.consumers(probs)
-    while len(readers) == 1 and _passes(graph, readers[0]):  # a Cast to float32, a Dropout
-        passed.append(readers[0].name)
-        probs = readers[0].outputs[0]
+    guarded: str | None = None  # the probabilities the NaN guard reads (twice)
+    while True:
+        if len(readers) == 1 and _passes(graph, readers[0]):  # a Cast to float32, a Dropout
+            passed.append(readers[0].name)
+            probs = readers[0].outputs[0]
+        elif guarded is None and (guard := _nan_guard(graph, probs)) is not None:
+            guarded = probs
+            passed += guard
+            probs = graph.op(guard[-1]).outputs[0]
+        else:
+            break
         readers = graph.consumers(probs)
     context = readers[0] if len(readers) == 1 else None
     if context is None or not is_activation_matmul(graph, context):
@@ -323,7 +335,7 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
             return _refused(w, f"intermediate '{t}' is a graph output (it must be written)",
                             chain)  # fmt: skip
         readers = graph.consumers(t)
-        if len(readers) != 1:
+        if len(readers) != (2 if t == guarded else 1):
             names = ", ".join(f"'{r.name}'" for r in readers)
             return _refused(w, f"intermediate '{t}' is read by {names}: it must be written, so "
                                "the chain stays unfused", chain)  # fmt: skip
@@ -366,7 +378,31 @@ def _legal(graph: Graph, w: _Walk, scores: Op) -> AttentionChain:
     order = tuple(sorted(ops, key=graph.op_index.__getitem__))
     masks = tuple(reversed(w.masks))  # in graph order
     return AttentionChain(softmax.name, order, q, k_src, k_perm, v, masks, scale, y,
-                          heads=heads)  # fmt: skip
+                          heads=heads, nan_guard=guarded is not None)  # fmt: skip
+
+
+def _nan_guard(graph: Graph, p: str) -> list[str] | None:
+    """``[IsNaN, Where]`` when ``p`` is read by exactly ``c = isnan(p)`` and
+    ``where(c, 0, p)`` with a one-element constant 0 (torch dynamo's guard: a fully masked
+    row's softmax is NaN, the guard makes it 0), ``c`` read by that Where only (else
+    ``None``)."""
+    readers = graph.consumers(p)
+    if len(readers) != 2 or p in graph.outputs:
+        return None
+    tests = [r for r in readers if attention_role(r) is AttentionRole.NAN_TEST]
+    wheres = [r for r in readers if attention_role(r) is AttentionRole.WHERE]
+    if len(tests) != 1 or len(wheres) != 1 or len(tests[0].outputs) != 1:
+        return None
+    test, where = tests[0], wheres[0]
+    c = test.outputs[0]
+    if tuple(where.inputs) != (c, where.inputs[1], p) or len(where.inputs) != 3:
+        return None
+    zero = graph.tensors[where.inputs[1]].value
+    if zero is None or zero.size != 1 or float(zero.reshape(())) != 0.0:
+        return None
+    if c in graph.outputs or [r.name for r in graph.consumers(c)] != [where.name]:
+        return None
+    return [test.name, where.name]
 
 
 def _absorb_scales(graph: Graph, t: str, ops: set[str]) -> tuple[str, float]:
@@ -564,7 +600,7 @@ def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
                 tensors[y] = Tensor(y, merged, "float32")
                 to = _const(tensors, f"{name}.merged.shape", tensors[c.output].shape, "int64")
                 post.append(reshape_op(f"{name}.merged", y, to, c.output))
-        new.append(attention_op(name, c.q, k, c.v, mask, y, c.scale, causal, c.heads))
+        new.append(attention_op(name, c.q, k, c.v, mask, y, c.scale, causal, c.heads, c.nan_guard))
         new += post
         replaced[c.ops[-1]] = new
         dropped.update(c.ops)
@@ -689,6 +725,8 @@ def explain_attention(graph: Graph) -> list[AttentionVerdict]:
 def _decoder_detail(graph: Graph, op: Op) -> str:
     """``causal``, grouped heads: what the flash scheme of a fused op skips or shares."""
     parts = []
+    if attr(op, NAN_GUARD):
+        parts.append("NaN guard absorbed: a fully masked query row outputs 0")
     if attr(op, "is_causal"):
         parts.append("causal: the K/V tiles after each query tile are skipped")
     hq, hk = heads_of(op) or (

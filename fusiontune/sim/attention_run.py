@@ -24,6 +24,7 @@ from fusiontune.ops.attention import (
     causal_bias,
     heads_of,
     mask_block,
+    nan_guarded,
     online_finish,
     online_init,
     online_step,
@@ -142,7 +143,7 @@ def run_flash(
                 chip.alloc(score_elems * ab, out, "score tile")
                 state = online_step(state, q, k_tile, v_tile, scale, part)
                 chip.free((score_elems + fetched_mask + streamed) * ab)
-            y = online_finish(state).reshape(g, p1 - p0, dv)
+            y = online_finish(state, nan_guarded(op)).reshape(g, p1 - p0, dv)
             if out in stored:
                 if seq_major:  # [g, rows, dv] -> [rows, g·dv]
                     y = y.transpose(1, 0, 2).reshape(p1 - p0, g * dv)
