@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -360,10 +361,10 @@ def test_a_failing_baseline_is_recorded_and_the_search_goes_on(
 
     real = cost.simulate
 
-    def unfused_raises(graph: Graph, plan: object, hw: object) -> object:
+    def unfused_raises(graph: Graph, plan: object, hw: object, *args: Any, **kwargs: Any) -> object:
         if all(len(g.ops) == 1 for g in plan.groups):  # type: ignore[attr-defined]
             raise RuntimeError(INJECTED)
-        return real(graph, plan, hw)  # type: ignore[arg-type]
+        return real(graph, plan, hw, *args, **kwargs)  # type: ignore[arg-type]
 
     def oracle_raises(*args: object, **kwargs: object) -> object:
         raise MemoryError("solver ran out of memory")
