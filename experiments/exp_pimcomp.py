@@ -796,7 +796,7 @@ NOTES = (
     "budget (16,128 crossbars, the issue's done-when) "
     "fusiontune's exact resnet18 throughput is 1.48x PIMCOMP's balance (33 against 49 windows; "
     "PIMCOMP's GA also reaches 33). Fewer DRAM + NoC bytes: yes on vgg16 (60.2 MB against "
-    "67.7 MB) and mobilenet_v2 (12.9 against 33.3 MB), not quite on resnet18 by raw bytes "
+    "67.7 MB) and mobilenet_v2 (18.6 against 33.3 MB), not quite on resnet18 by raw bytes "
     "(9.6 MB against 8.9 MB; `fewer_bytes`: our DRAM bytes are 50-370x fewer than its "
     "global-memory loads, our NoC bytes a little above its COMM + MEM); weighted by energy, "
     "fusiontune moves 17-51x less on all three. At the same bottleneck "
