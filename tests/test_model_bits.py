@@ -126,7 +126,7 @@ def test_cli_model_bits_on_a_float_model_says_so(capsys: pytest.CaptureFixture[s
     from fusiontune.cli.main import main
 
     assert main(["simulate", "lenet5", "--model-bits"]) == 0
-    assert "model bits: 'lenet5' has no integer grids; isaac_reram prices 8/8 kept" in (
+    assert "model bits: 'lenet5' has no integer grids; isaac_reram_flat prices 8/8 kept" in (
         capsys.readouterr().err
     )
 
