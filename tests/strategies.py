@@ -161,3 +161,13 @@ def set_partitions(items: list[str]) -> Iterator[list[list[str]]]:
         for k in range(len(part)):
             yield [*part[:k], [first, *part[k]], *part[k + 1 :]]
         yield [[first], *part]
+
+
+def conv_chain() -> Graph:
+    """The many-core tests' two-stage chain: x (1,128,4,4) -> 1x1 conv 128->64 (2 column
+    tiles) -> 1x1 conv 64->32 (1 tile)."""
+    b = GraphBuilder("chain")
+    x = b.input("x", (1, 128, 4, 4))
+    a = b.conv(x, 64, 1, bias=False, name="conv1")
+    b.conv(a, 32, 1, bias=False, name="conv2")
+    return b.build()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import dag_graphs
+from strategies import conv_chain, dag_graphs
 
 from fusiontune.errors import ConfigError
 from fusiontune.frontend.zoo import build_zoo
@@ -50,17 +50,8 @@ def _chip(cores: int, **kw: object) -> HardwareConfig:
     return HardwareConfig(n_crossbars=cores, buffer_bytes=cores * 65536, cores=cores, **kw)
 
 
-def _chain() -> Graph:
-    """x (1,128,4,4) -> 1x1 conv 128->64 (2 column tiles) -> 1x1 conv 64->32 (1 tile)."""
-    b = GraphBuilder("chain")
-    x = b.input("x", (1, 128, 4, 4))
-    a = b.conv(x, 64, 1, bias=False, name="conv1")
-    b.conv(a, 32, 1, bias=False, name="conv2")
-    return b.build()
-
-
 def test_two_stage_chain_on_a_2x2_mesh_hand_computed() -> None:
-    graph, hw = _chain(), _chip(4, mesh_width=2)
+    graph, hw = conv_chain(), _chip(4, mesh_width=2)
     plan = Plan((Group(("conv1", "conv2"), Mode.STREAM),))
     placed = place_plan(graph, plan, hw)
     (group,) = placed.groups
@@ -248,7 +239,7 @@ def test_bad_chip_names_the_key(overrides: dict[str, object], key: str, allowed:
 
 
 def test_more_crossbars_than_the_chip_is_a_violation() -> None:
-    graph = _chain()  # 3 crossbars on a 2-core chip of 1 crossbar each
+    graph = conv_chain()  # 3 crossbars on a 2-core chip of 1 crossbar each
     plan = Plan((Group(("conv1", "conv2"), Mode.STREAM),))
     placed = place_plan(graph, plan, _chip(2))
     assert not placed.feasible
@@ -259,7 +250,7 @@ def test_chip_keys_are_hashed_only_when_set() -> None:
     flat, many = load_hardware("isaac_reram_flat"), load_hardware("isaac_reram")
     assert many.hash != flat.hash
     assert many.replace(cores=1, topology="mesh", concentration=1, mesh_width=0).hash == flat.hash
-    row = simulate(_chain(), unfused_plan(_chain()), flat).as_dict()
+    row = simulate(conv_chain(), unfused_plan(conv_chain()), flat).as_dict()
     assert row["noc_bytes"] == 0 and row["movement_bytes"] == row["traffic_bytes"]
 
 
@@ -327,7 +318,7 @@ def test_spread_placement_fits_resnet18_on_isaac_168() -> None:
 
 
 def test_spread_on_one_core_is_dense_and_bad_policy_names_it() -> None:
-    graph, hw = _chain(), HardwareConfig()
+    graph, hw = conv_chain(), HardwareConfig()
     plan = greedy_plan(graph, PlannerConfig(), hw)
     assert place_plan(graph, plan, hw, policy="dense") == place_plan(graph, plan, hw)
     with pytest.raises(ConfigError, match="policy 'tight' is not one of dense, spread"):

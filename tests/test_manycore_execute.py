@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import dag_graphs
+from strategies import conv_chain, dag_graphs
 
 from fusiontune.errors import CapacityError
 from fusiontune.frontend.zoo import build_zoo, zoo_models
@@ -87,19 +87,10 @@ def test_zoo_greedy_and_optimal_plans_measure_the_model(model: str, preset: str)
         assert (flat.noc_bytes, flat.core_peak_buffer_bytes) == (0, ())
 
 
-def _chain() -> Graph:
-    """x (1,128,4,4) -> 1x1 conv 128->64 (2 column tiles) -> 1x1 conv 64->32 (1 tile)."""
-    b = GraphBuilder("chain")
-    x = b.input("x", (1, 128, 4, 4))
-    a = b.conv(x, 64, 1, bias=False, name="conv1")
-    b.conv(a, 32, 1, bias=False, name="conv2")
-    return b.build()
-
-
 def test_two_stage_chain_measured_hand_computed() -> None:
     """The hand-computed case of tests/test_manycore.py, measured (2 x 2 mesh, 1 crossbar
     and 64 KB per core): scatter 128 x 16, gather 32 x 16, conv1 -> conv2 64 x 16 over 2 hops."""
-    graph = _chain()
+    graph = conv_chain()
     hw = HardwareConfig(n_crossbars=4, buffer_bytes=4 * 65536, cores=4, mesh_width=2)
     plan = Plan((Group(("conv1", "conv2"), Mode.STREAM),))
     run = execute(graph, plan, random_inputs(graph), hw=hw, band_rows=1)
@@ -113,7 +104,7 @@ def test_two_stage_chain_measured_hand_computed() -> None:
 
 def test_replicated_copies_split_the_vectors() -> None:
     """Two copies of conv1: each copy's tiles receive the inputs of its own vectors."""
-    graph = _chain()
+    graph = conv_chain()
     hw = HardwareConfig(n_crossbars=8, buffer_bytes=8 * 65536, cores=8, mesh_width=4)
     plan = Plan((Group(("conv1", "conv2"), Mode.STREAM),))
     placed = place_plan(graph, plan, hw, replication={"conv1": 2})
