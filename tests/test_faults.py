@@ -299,7 +299,8 @@ def test_stored_rows_resimulate_from_the_parquet_alone(tmp_path: Path) -> None:
 
     space = tmp_path / "space.yaml"
     space.write_text(
-        "sampler: random\ntrials: 12\nknobs:\n  adc_bits: {choices: [6, 8]}\n"
+        "hardware: isaac_reram_flat\nsampler: random\ntrials: 12\n"
+        "knobs:\n  adc_bits: {choices: [6, 8]}\n"
         "  buffer_bytes: {low: 4096, high: 1048576, log: true}\n"
     )
     search("mlp_relu", space=space, out=tmp_path, backend="serial", seed=3)

@@ -21,7 +21,12 @@ from fusiontune.errors import ModelLoadError
 from fusiontune.frontend.loader import load_model, parse_input_values
 from fusiontune.frontend.onnx_import import load_onnx
 from fusiontune.ir.opclass import OpClass
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.reference import random_inputs, reference_run
+from fusiontune.sim.cost import simulate
+from fusiontune.sim.execute import execute
+from fusiontune.sim.greedy import greedy_plan
+from fusiontune.sim.hardware import load_hardware
 
 REL_TOL = 1e-5
 SEQ, BATCH, N_IN, HIDDEN = 6, 2, 3, 4
@@ -122,6 +127,19 @@ def test_a_pinned_input_takes_the_branch_and_meets_onnxruntime(
     want = _ort(path, {**feeds, "sr": np.asarray(rate, np.int64)})
     assert got.shape == want.shape == (BATCH, HIDDEN)
     assert _rel(got, want) <= REL_TOL
+
+
+def test_an_unused_optional_output_places_on_many_cores(tmp_path: Path) -> None:
+    """The LSTM's third output is named "" (not produced): placement and the per-core
+    executor skip it, and the executor measures the model's network bytes."""
+    graph = load_onnx(if_model(tmp_path), input_values={"sr": RATE})
+    hw = load_hardware("isaac_reram")
+    feeds = random_inputs(graph, seed=3)
+    for plan in (greedy_plan(graph, hw=hw), unfused_plan(graph)):
+        model = simulate(graph, plan, hw)
+        run = execute(graph, plan, feeds, hw=hw, band_rows=1)
+        assert (run.noc_bytes, run.noc_byte_hops) == (model.noc_bytes, model.noc_byte_hops)
+        assert _rel(run.outputs["y"], reference_run(graph, feeds)["y"]) <= REL_TOL
 
 
 def test_an_if_on_an_input_not_pinned_names_the_input(tmp_path: Path) -> None:

@@ -101,6 +101,7 @@ def test_every_row_resimulates_to_the_same_numbers(tmp_path: Path) -> None:
 
     space = parse_space(
         {
+            "hardware": "isaac_reram_flat",  # one pool: any buffer size is a chip
             "knobs": {
                 "buffer_bytes": {"choices": [4096, 65536, 11010048]},
                 "adc_bits": {"choices": [6, 8]},

@@ -215,6 +215,7 @@ def test_reaches_the_exhaustive_optimum_on_small_models(tmp_path: Path, model: s
 def test_co_searches_hardware_knobs_under_a_cap(tmp_path: Path, sampler: str) -> None:
     space = parse_space(
         {
+            "hardware": "isaac_reram_flat",  # one pool: any buffer size is a chip
             "objective": "energy",
             "knobs": {
                 "buffer_bytes": {"low": 4096, "high": 11010048, "log": True},

@@ -23,10 +23,18 @@ SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 PACKAGED = Path(__file__).resolve().parents[1] / "fusiontune" / "presets" / "spaces"
 
 
+def test_a_space_without_hardware_takes_the_default_chip(tmp_path: Path) -> None:
+    left_out, flat = tmp_path / "left_out.yaml", tmp_path / "null.yaml"
+    left_out.write_text("sampler: random\n")
+    flat.write_text("hardware: null\n")
+    assert load_space(left_out).hardware == load_space().hardware == "isaac_reram"
+    assert load_space(flat).hardware is None  # the simulator's default, isaac_reram_flat
+
+
 def test_default_space_is_package_data() -> None:
     space = load_space()
     assert (space.objective, space.sampler, space.trials) == ("traffic", "local", DEFAULT_TRIALS)
-    assert space.knobs == () and space.constraints == () and space.hardware is None
+    assert space.knobs == () and space.constraints == () and space.hardware == "isaac_reram"
     assert (PACKAGED / "default.yaml").read_text() == DEFAULT_SPACE_YAML
     shipped = load_space(PACKAGED / "default.yaml")
     assert shipped.to_dict() == space.to_dict()

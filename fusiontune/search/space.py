@@ -7,7 +7,8 @@ ships with the package so ``fusiontune search resnet18`` works with no file at a
 
 Format::
 
-    hardware: null            # preset name or YAML path; null = the simulator's default preset
+    hardware: isaac_reram     # preset name or YAML path (left out: isaac_reram, ISAAC's 168
+                              # tiles); null = the simulator's default, isaac_reram_flat
     objective: traffic        # traffic | energy | cycles | edp | movement | throughput | multi
     replication: exact        # exact | balance | uniform | none: weight copies of each trial
     sampler: local            # local | local-tpe | tpe | random | nsga2 | bruteforce
@@ -77,6 +78,10 @@ capacity only; a cap is a user knob for experiments."""
 
 DEFAULT_SPACE_YAML = presets.default_space_yaml()
 """The default space: ``fusiontune/presets/spaces/default.yaml`` (package data)."""
+
+DEFAULT_HARDWARE = "isaac_reram"
+"""The chip of the default space, and of a space file that leaves ``hardware`` out: ISAAC's 168
+tiles (docs/cores.md). ``hardware: null`` is the simulator's default, ``isaac_reram_flat``."""
 
 _TOP_KEYS = (
     "hardware",
@@ -202,7 +207,7 @@ def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of keys {', '.join(_TOP_KEYS)}")
     check_keys(data, _TOP_KEYS, source)
-    hardware = data.get("hardware")
+    hardware = data.get("hardware", DEFAULT_HARDWARE)
     if hardware is not None and not isinstance(hardware, str):
         raise ConfigError(f"{source}: hardware must be a preset name, a YAML path or null")
     objective = _choice(data, "objective", OBJECTIVES, "traffic", source)

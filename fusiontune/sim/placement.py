@@ -602,7 +602,7 @@ def _layout(
         readers = [c for t in op.outputs for c in consumers.get(t, ()) if c in home]
         home[op.name] = home[readers[0]] if readers else fallback
     for op in ops:  # tensors between ops on different cores, once per reading core
-        for t in op.outputs:
+        for t in (t for t in op.outputs if t):  # an unused optional output is named ""
             reading = {home[c] for c in consumers.get(t, ()) if c in members}
             n_bytes = math.prod(graph.tensors[t].shape) * hw.act_bytes
             for core in reading:
