@@ -328,6 +328,8 @@ def test_plans_explain_names_each_attention_and_why(capsys: pytest.CaptureFixtur
     assert main([*argv, "--json", "--no-fuse-attention"]) == 0
     (item,) = json.loads(capsys.readouterr().out)["attention"]
     assert item["name"] == "attn.softmax" and item["pattern"] == "P5" and not item["fused"]
+    assert main([*argv, "--no-fuse-attention"]) == 0
+    assert "attention attn.softmax: fusable by P5" in capsys.readouterr().out
     assert main([*argv, "--fuse-attention"]) == 0  # the default, still accepted
     assert "attention attn.softmax.attention: fused (P5" in capsys.readouterr().out
 
