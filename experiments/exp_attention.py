@@ -19,7 +19,7 @@
    against the flash model's, its IO lower bound (``sim/bounds.attention_bounds``) and the
    variant taken (K/V resident or streamed, tile ``m x n``); outputs against the reference.
 
-Writes ``results/exp_attention.csv``, ``exp_attention_2.csv``, ``exp_attention_3.csv`` and
+Writes ``results/exp_attention.csv``, ``exp_attention_2.csv`` to ``exp_attention_4.csv`` and
 ``exp_attention.md``.
 Usage: ``python experiments/exp_attention.py``.
 """
@@ -41,8 +41,8 @@ from fusiontune.planner.attention import find_attention, fuse_attention
 from fusiontune.planner.plan import Plan, singleton_plan
 from fusiontune.reference import random_inputs, reference_run
 from fusiontune.search.optimize import optimal_plan
-from fusiontune.sim.bounds import attention_bounds
-from fusiontune.sim.cost import group_cost, simulate
+from fusiontune.sim.bounds import attention_bounds, capacity_bound
+from fusiontune.sim.cost import group_cost, lower_bound, simulate
 from fusiontune.sim.execute import execute
 from fusiontune.sim.hardware import load_hardware
 from fusiontune.sim.tiling import singleton_tiling
@@ -55,6 +55,8 @@ HEADS, HEAD_DIM = 12, 64
 KV_HEADS = 4  # the decoder form: 12 query heads over 4 K/V heads (GQA), causal
 BUFFERS = (8 * 1024, 32 * 1024, 128 * 1024)  # below, at and above sram_edge's 32 KiB
 TIME_LIMIT_S = 600.0
+GOAL = 0.25  # issue 22: the fused optimum <= 0.25x the barrier optimum
+SWEEP = ((PRESET, (512, 1024, 2048)), ("isaac_reram_flat", (512, 1024, 2048)))
 
 
 def _attention_ops(graph: Graph) -> set[str]:
@@ -74,15 +76,27 @@ def _group_traffic(graph: Graph, plan: Plan, ops: set[str], hw: Any) -> int:
 PLANS: dict[str, tuple[Graph, Plan]] = {}  # the fused optima, for the breakdown
 
 
-def fused_vs_barrier(model: str, buffer: int | None = None) -> dict[str, Any]:
-    hw = load_hardware(PRESET)
+def fused_vs_barrier(
+    model: str, buffer: int | None = None, seq: int = SEQ, preset: str = PRESET, four: bool = True
+) -> dict[str, Any]:
+    hw = load_hardware(preset)
     if buffer is not None:
         hw = dataclasses.replace(hw, buffer_bytes=buffer)
-    barrier = build_zoo(model, input_size=SEQ)
+    barrier = build_zoo(model, input_size=seq)
     fused = fuse_attention(barrier)
     four_d = fuse_attention(barrier, absorb_heads=False)
-    row: dict[str, Any] = {"model": model, "seq": SEQ, "buffer_bytes": hw.buffer_bytes}
-    for label, graph in (("barrier", barrier), ("fused4d", four_d), ("fused", fused)):
+    row: dict[str, Any] = {"model": model, "seq": seq, "buffer_bytes": hw.buffer_bytes}
+    if preset != PRESET:
+        row = {"model": model, "preset": preset, **row}
+    # lower bounds: of every schedule (graph inputs and outputs once, every weight byte once:
+    # sim.cost.lower_bound) and of every plan of the group model over the fused graph (the
+    # fused attention a group of its own: sim.bounds.capacity_bound)
+    any_bound = lower_bound(barrier, hw)
+    assert any_bound == lower_bound(fused, hw), model
+    row["bound_any_bytes"] = any_bound
+    row["bound_plans_bytes"] = capacity_bound(fused, hw)
+    labels = (("barrier", barrier), ("fused4d", four_d), ("fused", fused))
+    for label, graph in labels if four else (labels[0], labels[2]):
         t0 = time.perf_counter()
         result = optimal_plan(graph, hw, time_limit_s=TIME_LIMIT_S)
         assert result.plan is not None, (model, label, result.status)
@@ -97,15 +111,67 @@ def fused_vs_barrier(model: str, buffer: int | None = None) -> dict[str, Any]:
         if label != "fused4d":
             row[f"{label}_s"] = round(time.perf_counter() - t0, 2)
         row["weight_bytes"] = m.weight_load_bytes  # the same in both plans
-        if label == "fused":
+        if label == "fused" and four:
             PLANS[model] = (graph, result.plan)
+    assert row["bound_plans_bytes"] <= row["fused_traffic_bytes"], row
+    assert any_bound <= row["bound_plans_bytes"], row
     row["ratio_block"] = row["fused_traffic_bytes"] / row["barrier_traffic_bytes"]
-    row["ratio_block_4d"] = row["fused4d_traffic_bytes"] / row["barrier_traffic_bytes"]
+    if four:
+        row["ratio_block_4d"] = row["fused4d_traffic_bytes"] / row["barrier_traffic_bytes"]
+    row["ratio_bound_any"] = any_bound / row["barrier_traffic_bytes"]
+    row["ratio_bound_plans"] = row["bound_plans_bytes"] / row["barrier_traffic_bytes"]
     row["ratio_attention"] = row["fused_attention_bytes"] / row["barrier_attention_bytes"]
     rest = row["barrier_traffic_bytes"] - row["barrier_attention_bytes"]
     row["rest_over_barrier"] = rest / row["barrier_traffic_bytes"]
     row["weights_over_barrier"] = row["weight_bytes"] / row["barrier_traffic_bytes"]
     return row
+
+
+def sweep() -> list[dict[str, Any]]:
+    """``bert_block`` at the sweep's chips and sequence lengths: where the whole block's
+    fused optimum is within :data:`GOAL` of the barrier optimum (the scores grow as N², the
+    weights stay)."""
+    rows = []
+    for preset, seqs in SWEEP:
+        for seq in seqs:
+            r = fused_vs_barrier(MODELS[0], seq=seq, preset=preset, four=False)
+            rows.append({
+                "preset": preset,
+                "seq": seq,
+                "barrier_traffic_bytes": r["barrier_traffic_bytes"],
+                "fused_traffic_bytes": r["fused_traffic_bytes"],
+                "bound_any_bytes": r["bound_any_bytes"],
+                "bound_plans_bytes": r["bound_plans_bytes"],
+                "weight_bytes": r["weight_bytes"],
+                "ratio_block": r["ratio_block"],
+                "ratio_attention": r["ratio_attention"],
+                "ratio_bound_any": r["ratio_bound_any"],
+                "ratio_bound_plans": r["ratio_bound_plans"],
+                "proven": r["barrier_proven"] and r["fused_proven"],
+                "goal_met": r["ratio_block"] <= GOAL,
+            })  # fmt: skip
+    return rows
+
+
+def goal_table(bert: dict[str, Any], removable: int) -> list[dict[str, Any]]:
+    """``bert_block`` at :data:`SEQ` on :data:`PRESET`: the two proven optima, an ideal join
+    (an estimate) and the two lower bounds, each over the barrier optimum."""
+    base = bert["barrier_traffic_bytes"]
+    rows = [
+        ("barrier optimum (attention as exported)", base, "proven optimum"),
+        ("fused optimum (P5)", bert["fused_traffic_bytes"], "proven optimum"),
+        ("fused + ideal join of Q and the output", bert["fused_traffic_bytes"] - removable,
+         "estimate (docs/attention.md §5), not built"),
+        ("bound: every plan of the group model", bert["bound_plans_bytes"],
+         "lower bound (sim.bounds.capacity_bound of the fused graph)"),
+        ("bound: every schedule", bert["bound_any_bytes"],
+         "lower bound (graph inputs, outputs and weights once: sim.cost.lower_bound)"),
+        (f"goal ({GOAL}x)", int(GOAL * base), "issue 22"),
+    ]  # fmt: skip
+    return [
+        {"row": name, "traffic_bytes": b, "over_barrier": b / base, "kind": kind}
+        for name, b, kind in rows
+    ]
 
 
 def breakdown(model: str) -> list[dict[str, Any]]:
@@ -215,10 +281,17 @@ def main() -> None:
     print_rows("fused bert_block by group", parts)
     third = measured_vs_model()
     print_rows("measured vs model", third)
+    fourth = sweep()
+    print_rows("where the goal is met", fourth)
     bert = first[0]
     q_bytes = next(p["act_write_bytes"] for p in parts if p["first_op"] == "attn.q")
     removable = 4 * q_bytes  # Q and Y, each written once and read once
     rest_fused = bert["fused_traffic_bytes"] - bert["fused_attention_bytes"]
+    fused_graph, _ = PLANS[MODELS[0]]
+    (att,) = attention_bounds(fused_graph, load_hardware(PRESET))
+    kv_rereads = bert["fused_attention_bytes"] - att["compulsory_bytes"]
+    ffn_bytes = next(p["act_write_bytes"] for p in parts if p["first_op"] == "ffn.fc1")
+    fifth = goal_table(bert, removable)
     notes = [
         f"Preset `{PRESET}` (32 KiB buffer, 8-bit activations, 16-bit accumulators). Both "
         "optima come from the same run of `optimal_plan` (proven); `ratio_block` is the whole "
@@ -234,13 +307,37 @@ def main() -> None:
         "writes its output there for the O projection): "
         f"`ratio_block` {bert['ratio_block_4d']:.3f} -> {bert['ratio_block']:.3f}. The "
         "barrier's attention groups count the ops from Q·Kᵀ to the head merge.",
-        "Why not 0.25x: the weight loads alone do *not* exceed a quarter of the barrier "
-        f"optimum ({bert['weight_bytes']:,} B = {bert['weights_over_barrier']:.3f}x, "
-        "`weights_over_barrier`); with the activation traffic of the projections and the FFN "
-        f"the part outside the attention is {rest_fused:,} B = "
+        f"**The {GOAL}x goal at sequence {SEQ} on `{PRESET}`.** No plan of the group model "
+        f"reaches it: the fused optimum is proven optimal ({bert['ratio_block']:.3f}x; "
+        f"dynamo {first[1]['ratio_block']:.3f}x). No lower bound proves it unreachable for "
+        "every schedule either: `bound_any` (graph inputs and outputs once and every weight "
+        "byte once, `sim.cost.lower_bound`: each weight must come from DRAM, they do not "
+        f"stay on the chip) is {bert['bound_any_bytes']:,} B = {bert['ratio_bound_any']:.3f}x "
+        f"the barrier optimum (weights {bert['weights_over_barrier']:.3f}x), and "
+        "`bound_plans` (every plan of the fused graph in the group model, the fused "
+        "attention a group of its own: `sim.bounds.capacity_bound`, which adds Q, K, V and "
+        f"the output written and read once) is {bert['bound_plans_bytes']:,} B = "
+        f"{bert['ratio_bound_plans']:.3f}x: both below {GOAL}x. The attention's IO bound "
+        "adds nothing at this size (its Hong–Kung term is below its compulsory bytes, third "
+        "table). So the goal as written is unmet, not provably impossible: the proven optimum "
+        f"is {bert['ratio_block'] / bert['ratio_bound_plans']:.2f}x `bound_plans`, whose "
+        "per-tensor argument does not see K and V re-read per Q tile "
+        f"({kv_rereads:,} B in the optimum) nor the FFN's 4x-wide intermediate written and "
+        f"read back ({2 * ffn_bytes:,} B; its capacity test lets one group hold fc1 to fc2, "
+        "FC-like matrices a merge might combine). "
+        f"The fused attention groups alone are {bert['ratio_attention']:.3f}x the barrier's. "
+        f"The part outside the attention is {rest_fused:,} B = "
         f"{rest_fused / bert['barrier_traffic_bytes']:.3f}x the barrier optimum in the fused "
-        "plan (second table), and the attention itself adds K and V written once and "
-        "streamed back per Q tile (they exceed the buffer many times).",
+        "plan (second table).",
+        "Where the goal is met (fourth table, `bert_block`, the same run): the scores grow "
+        "as N² while the weights stay, so the fused/barrier ratio falls with the sequence: "
+        + "; ".join(
+            f"`{r['preset']}` N = {r['seq']}: {r['ratio_block']:.3f}x"
+            + (" (met)" if r["goal_met"] else "")
+            for r in fourth
+        )
+        + ". On `isaac_reram_flat` the weights stay in the crossbars (0 B), so the activation "
+        "traffic outside the attention weighs more at short sequences.",
         "A join of the attention with its projection groups in one stream is not built "
         "(`docs/attention.md` §5). At most it could remove the round trips of Q and of the "
         f"attention's output ({removable:,} B: each written once and read back once), "
@@ -269,6 +366,8 @@ def main() -> None:
             ("Fused vs barrier (exact optimum, same run)", first),
             ("The fused bert_block optimum by group", parts),
             ("Measured vs model, fused attention alone", third),
+            (f"Where the {GOAL}x goal is met (bert_block, exact optima, same run)", fourth),
+            (f"The {GOAL}x goal at sequence {SEQ} on {PRESET}: plans and lower bounds", fifth),
         ],
         notes,
     )

@@ -25,6 +25,7 @@ from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
 from fusiontune.ops import AttentionRole, attention_role
 from fusiontune.planner.attention import explain_attention, find_attention, fuse_attention
+from fusiontune.planner.baselines import unfused_plan
 from fusiontune.planner.plan import singleton_plan
 from fusiontune.reference import random_inputs, reference_run
 from fusiontune.sim.attention import attention_io_bound, plan_flash
@@ -236,6 +237,30 @@ def test_bert_block_at_512_against_the_bound(buffer: int) -> None:
         assert row["fused_bytes"] == 12 * (2 * 512 * 64 + 4 * 512 * 128)
 
 
+@pytest.mark.parametrize("preset", ["sram_edge", "puma_138"])
+def test_the_block_bounds_stay_below_both_proven_optima(preset: str) -> None:
+    """exp_attention's lower bounds of the whole block (every schedule: graph inputs,
+    outputs and weights once; every plan of the fused graph: the capacity bound) against the
+    proven optimum with attention fused and as barriers."""
+    from fusiontune.search.optimize import optimal_plan
+    from fusiontune.sim.bounds import capacity_bound
+    from fusiontune.sim.cost import lower_bound
+
+    hw = load_hardware(preset)
+    barrier = build_zoo("bert_block", input_size=32)
+    fused = fuse_attention(barrier)
+    optima = []
+    for graph in (barrier, fused):
+        result = optimal_plan(graph, hw, time_limit_s=120)
+        assert result.plan is not None and result.proven, (preset, result.status)
+        optima.append(simulate(graph, result.plan, hw).traffic_bytes)
+    any_schedule = lower_bound(barrier, hw)
+    assert any_schedule == lower_bound(fused, hw) > 0
+    plans = capacity_bound(fused, hw)
+    assert any_schedule <= plans <= optima[1] < optima[0]
+    assert capacity_bound(barrier, hw) <= optima[0]
+
+
 # ---- import forms ---------------------------------------------------------------------------
 FORMS = {  # file -> attentions it holds
     "attention_op23_4d.onnx": 1,
@@ -299,17 +324,59 @@ def test_plans_explain_names_each_attention_and_why(capsys: pytest.CaptureFixtur
 
     from fusiontune.cli.main import main
 
-    assert main(["plans", "bert_block", "--input-size", "16", "--explain", "--json"]) == 0
+    argv = ["plans", "bert_block", "--input-size", "16", "--explain"]
+    assert main([*argv, "--json", "--no-fuse-attention"]) == 0
     (item,) = json.loads(capsys.readouterr().out)["attention"]
     assert item["name"] == "attn.softmax" and item["pattern"] == "P5" and not item["fused"]
-    assert main(["plans", "bert_block", "--input-size", "16", "--explain", "--fuse-attention"]) == 0
+    assert main([*argv, "--no-fuse-attention"]) == 0
+    assert "attention attn.softmax: fusable by P5" in capsys.readouterr().out
+    assert main([*argv, "--fuse-attention"]) == 0  # the default, still accepted
     assert "attention attn.softmax.attention: fused (P5" in capsys.readouterr().out
+
+
+def test_the_commands_fuse_attention_by_default_and_the_switch_keeps_barriers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from fusiontune.cli.main import main
+
+    argv = ["plans", "llama_tiny", "--input-size", "16", "--explain", "--json"]
+    assert main(argv) == 0
+    items = json.loads(capsys.readouterr().out)["attention"]
+    assert len(items) == 2 and all(i["fused"] for i in items)  # both layers
+    assert main([*argv, "--no-fuse-attention"]) == 0
+    items = json.loads(capsys.readouterr().out)["attention"]
+    assert len(items) == 2 and not any(i["fused"] for i in items)
+    sim = ["simulate", "bert_block", "--input-size", "32", "--hw", "sram_edge", "--plan", "unfused",
+           "--json"]  # fmt: skip
+    assert main(sim) == 0
+    fused = json.loads(capsys.readouterr().out)["totals"]["traffic_bytes"]
+    assert main([*sim, "--no-fuse-attention"]) == 0
+    barrier = json.loads(capsys.readouterr().out)["totals"]["traffic_bytes"]
+    graph = build_zoo("bert_block", input_size=32)
+    assert barrier == simulate(graph, unfused_plan(graph), HW).traffic_bytes
+    graph = fuse_attention(graph)
+    assert fused == simulate(graph, unfused_plan(graph), HW).traffic_bytes < barrier
+
+
+def test_an_attention_the_default_cannot_fuse_is_named_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fusiontune.cli.main import main
+    from fusiontune.export.onnx_export import to_onnx
+
+    path = tmp_path / "axis2.onnx"
+    to_onnx(_attention_graph((1, 2, 6, 6), axis=2), path)
+    assert main(["plans", str(path), "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "attention softmax: stays a barrier: the softmax 'softmax' is over axis 2" in out
 
 
 def test_simulate_reports_the_attention_bound(capsys: pytest.CaptureFixture[str]) -> None:
     from fusiontune.cli.main import main
 
-    argv = ["simulate", "bert_block", "--input-size", "64", "--hw", "sram_edge", "--fuse-attention"]
+    argv = ["simulate", "bert_block", "--input-size", "64", "--hw", "sram_edge"]
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("attention"))
     assert "IO bound" in line and "1.000x the bound" in line
@@ -393,7 +460,7 @@ def test_a_search_summary_carries_the_attention_bound(tmp_path: Path) -> None:
 
     from fusiontune.cli.main import main
 
-    argv = ["search", "bert_block", "--input-size", "32", "--fuse-attention", "--trials", "3",
+    argv = ["search", "bert_block", "--input-size", "32", "--trials", "3",
             "--workers", "1", "--out", str(tmp_path), "--study", "s"]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())

@@ -287,12 +287,14 @@ def test_streamed_weights_are_counted_and_stated(
     hw_file = tmp_path / "streaming.yaml"
     hw_file.write_text(yaml.safe_dump({**hw.to_dict(), "name": "sram_edge_streaming"}))
     assert main(["simulate", "llama_tiny", "--input-size", str(STREAM_SEQ), "--plan", "unfused",
+                 "--no-fuse-attention",
                  "--hw", str(hw_file)]) == 0  # fmt: skip
     text = capsys.readouterr().out
     line = next(ln for ln in text.splitlines() if ln.startswith("weights "))
     assert f"{moved['weight_bytes']:,} B" in line and "streamed" in line
     assert f"activations {moved['activation_bytes']:,} B" in line
     assert main(["simulate", "llama_tiny", "--input-size", str(STREAM_SEQ), "--plan", "unfused",
+                 "--no-fuse-attention",
                  "--hw", str(hw_file), "--json"]) == 0  # fmt: skip
     report = json.loads(capsys.readouterr().out)
     assert report["data_moved"] == moved

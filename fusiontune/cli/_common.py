@@ -108,11 +108,25 @@ def add_model_arguments(parser: argparse.ArgumentParser, batch: bool = True) -> 
         help="static shape of an ONNX graph input with dynamic dimensions (repeatable)",
     )  # fmt: skip
     add_pin_argument(parser)
-    parser.add_argument(
-        "--fuse-attention", action="store_true",
-        help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
-    )  # fmt: skip
+    add_attention_argument(parser)
     add_memory_limit_argument(parser)
+
+
+def add_attention_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-fuse-attention``: keep each attention as barriers. By default every attention
+    pattern P5 accepts is fused into one group (``docs/attention.md``); ``--fuse-attention``
+    is accepted (a no-op) for older scripts."""
+    parser.add_argument(
+        "--no-fuse-attention", dest="fuse_attention", action="store_false",
+        help="keep each attention (MatMul-scale-mask-Softmax-MatMul) as the exporter wrote it "
+        "(its MatMuls of two activations are barriers); by default every attention P5 accepts "
+        "is fused into one group",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fuse-attention", dest="fuse_attention", action="store_true",
+        help="the default (kept for older scripts)",
+    )  # fmt: skip
+    parser.set_defaults(fuse_attention=True)
 
 
 def add_pin_argument(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +201,7 @@ def load_graph(args: argparse.Namespace) -> Graph:
         graph = load_model(args.model, input_shapes=shapes, input_values=pins, **zoo_kwargs)
     except InputSizeError as exc:
         raise input_size_error(exc) from None
-    if getattr(args, "fuse_attention", False):
+    if getattr(args, "fuse_attention", True):
         from fusiontune.planner.attention import fuse_attention
 
         graph = fuse_attention(graph)

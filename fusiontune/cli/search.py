@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fusiontune.cli._common import (
     MAX_INPUT_SIZE,
     MAX_TRIALS,
+    add_attention_argument,
     add_memory_limit_argument,
     add_model_bits_argument,
     add_pin_argument,
@@ -117,11 +118,7 @@ def register(sub: Any) -> None:
     )
     add_pin_argument(p)
     add_model_bits_argument(p)
-    p.add_argument(
-        "--fuse-attention",
-        action="store_true",
-        help="fuse each attention (MatMul-scale-mask-Softmax-MatMul) into one group (P5)",
-    )
+    add_attention_argument(p)
     p.add_argument(
         "--eval-timeout",
         type=_non_negative_float,
@@ -184,7 +181,9 @@ def _run_search(args: argparse.Namespace, space: Any, progress: Progress) -> int
         args.input_size,
         (parse_input_shapes(args.input_shape) if args.input_shape else None),
     )
-    if args.fuse_attention or args.pin:  # the graph is loaded (and rewritten) here
+    # the graph is loaded here and each attention P5 accepts fused (the default;
+    # --no-fuse-attention keeps them as barriers)
+    if args.fuse_attention or args.pin:
         from fusiontune.frontend.loader import load_model, parse_input_values
         from fusiontune.planner.attention import fuse_attention
 

@@ -122,7 +122,22 @@ def _load_plan(graph: Any, spec: str, hw: Any) -> Any:
     from fusiontune.errors import IllegalPlanError
     from fusiontune.fileio import read_text
 
-    return Plan.from_json(read_text(path, IllegalPlanError, "plan file"), graph, source=spec)
+    text = read_text(path, IllegalPlanError, "plan file")
+    try:
+        return Plan.from_json(text, graph, source=spec)
+    except IllegalPlanError as exc:
+        if _fused_attention(graph):  # a plan made before attention was fused by default
+            raise IllegalPlanError(
+                f"{exc} (each attention of '{graph.name}' is fused, the default; a plan made "
+                "of the unfused graph loads with --no-fuse-attention)"
+            ) from None
+        raise
+
+
+def _fused_attention(graph: Any) -> bool:
+    from fusiontune.ops import AttentionRole, attention_role
+
+    return any(attention_role(op) is AttentionRole.FUSED for op in graph.ops)
 
 
 def _saving(value: float, reference: float) -> float:

@@ -27,6 +27,19 @@ if TYPE_CHECKING:
 DEFAULT_OPSET = 21  # Gelu needs >= 20 (onnx.ai/onnx/operators/onnx__Gelu.html)
 MIN_OPSET = 13  # Reduce/Squeeze/Unsqueeze/Split operand forms are written for >= 13
 
+ATTENTION_OPSET = 23  # ONNX has Attention (a fused attention, pattern P5) from opset 23 on
+
+
+def opset_for(graph: Graph) -> int:
+    """The default opset to export ``graph`` at: :data:`DEFAULT_OPSET`, or
+    :data:`ATTENTION_OPSET` when it holds a fused attention (``fuse_attention``; the command
+    line fuses by default)."""
+    from fusiontune.ops import AttentionRole, attention_role
+
+    fused = any(attention_role(op) is AttentionRole.FUSED for op in graph.ops)
+    return max(DEFAULT_OPSET, ATTENTION_OPSET) if fused else DEFAULT_OPSET
+
+
 CUSTOM_DOMAIN_VERSION = 1  # opset version declared for any non-default op domain
 _DEFAULT_DOMAINS = frozenset({"", "ai.onnx"})
 

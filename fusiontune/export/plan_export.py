@@ -46,13 +46,13 @@ from fusiontune.errors import FusiontuneError
 from fusiontune.export.onnx_export import (
     _DEFAULT_DOMAINS,
     CUSTOM_DOMAIN_VERSION,
-    DEFAULT_OPSET,
     MIN_OPSET,
     _attribute,
     _check_schema,
     _fill_tensor,
     _form_for_opset,
     _value_info,
+    opset_for,
     spelled_ops,
 )
 from fusiontune.frontend.embedded_plan import META, PLAN_DOMAIN, PLAN_DOMAIN_VERSION
@@ -106,7 +106,7 @@ def export_plan(
     path: str | Path,
     hw: HardwareConfig | None = None,
     format: str = "onnx",
-    opset: int = DEFAULT_OPSET,
+    opset: int | None = None,
 ) -> ExportSummary:
     """Write ``plan`` of ``graph`` as an ONNX model or as a schedule.
 
@@ -117,7 +117,9 @@ def export_plan(
             same stem is written next to it).
         hw: hardware whose costs go into the metadata/schedule (the default chip if None).
         format: ``"onnx"`` or ``"schedule"``.
-        opset: default-domain opset of the ONNX model.
+        opset: default-domain opset of the ONNX model (``None``:
+            :func:`~fusiontune.export.onnx_export.opset_for`, 21, or 23 for a graph with a
+            fused attention).
 
     Raises:
         FusiontuneError: unknown format, illegal plan or plan of another graph, a model that
@@ -165,9 +167,10 @@ def onnx_params(model: onnx.ModelProto) -> int:
 
 
 def plan_to_onnx(
-    graph: Graph, plan: Plan, hw: HardwareConfig | None = None, opset: int = DEFAULT_OPSET
+    graph: Graph, plan: Plan, hw: HardwareConfig | None = None, opset: int | None = None
 ) -> onnx.ModelProto:
-    """The plan as a checked ONNX model (module docstring: pipeline and metadata).
+    """The plan as a checked ONNX model (module docstring: pipeline and metadata); ``opset``
+    as :func:`export_plan`'s.
 
     Raises:
         FusiontuneError: the opset is out of range, the plan is illegal or names ops of
@@ -177,12 +180,13 @@ def plan_to_onnx(
 
 
 def _plan_model(
-    graph: Graph, plan: Plan, hw: HardwareConfig | None, opset: int
+    graph: Graph, plan: Plan, hw: HardwareConfig | None, opset: int | None
 ) -> tuple[onnx.ModelProto, bytes]:
     """The checked model and its serialized bytes (serialized once, for the check and file)."""
     import onnx
     from onnx import helper
 
+    opset = opset_for(graph) if opset is None else opset
     from fusiontune.planner.legality import check_plan
     from fusiontune.sim.execute import group_order
 

@@ -149,7 +149,8 @@ class AttentionVerdict:
         if not self.reason:
             return (
                 f"attention {self.name}: fusable by P5 ({len(self.ops)} ops: "
-                f"{', '.join(self.ops)}); fuse_attention / --fuse-attention fuses it"
+                f"{', '.join(self.ops)}); fuse_attention fuses it (the commands do, unless "
+                "--no-fuse-attention)"
             )
         return f"attention {self.name}: stays a barrier: {self.reason}"
 
