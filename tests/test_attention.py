@@ -467,3 +467,21 @@ def test_a_search_summary_carries_the_attention_bound(tmp_path: Path) -> None:
     (row,) = summary["lower_bounds"]["attention"]
     assert row["op"] == "attn.softmax.attention"
     assert row["compulsory_bytes"] <= row["bound_bytes"] <= row["fused_bytes"]
+
+
+def test_resuming_a_barrier_study_with_fused_attention_names_the_switch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A study made with attention as a barrier (the old default) refused on a fused resume:
+    the message names the switch that gives back its graph."""
+    from fusiontune.cli.main import main
+
+    argv = ["search", "bert_block", "--input-size", "16", "--trials", "2", "--backend", "serial",
+            "--out", str(tmp_path), "--study", "s"]  # fmt: skip
+    assert main([*argv, "--no-fuse-attention"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) != 0
+    err = capsys.readouterr().err
+    was, _, now = err.partition(", not ")
+    assert "attention" not in was and "1 attention(s) fused, --no-fuse-attention keeps" in now
+    assert main([*argv, "--resume", "--trials", "3", "--no-fuse-attention"]) == 0

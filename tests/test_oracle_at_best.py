@@ -166,8 +166,12 @@ def test_fixed_hardware_rows_are_labelled_base(tmp_path: Path) -> None:
     result = search(MODEL, out=tmp_path, study="fixed", trials=3, backend="serial")
     assert "at_best_hardware" not in result.summary
     hw = result.summary["baselines"]["oracle"]["hardware"]
-    assert hw == {"role": "base", "name": "isaac_reram", "hw_hash": "0910868cc69803ed",
-                  "knobs": {}}  # fmt: skip  (the default space's chip: ISAAC's 168 tiles)
+    assert hw == {
+        "role": "base",
+        "name": "isaac_reram",
+        "hw_hash": "0910868cc69803ed",
+        "knobs": {},
+    }  # fmt: skip  (the default space's chip: ISAAC's 168 tiles)
     t = result.trials
     assert set(t.loc[t["source"] == "search", "hw_role"]) == {"trial"}
     assert set(t.loc[t["source"] != "search", "hw_role"]) == {"base"}

@@ -73,8 +73,13 @@ class OutOfOrderBackend(Backend):
 
 def _codesign_problem(sampler: str) -> Problem:
     space = parse_space(
-        {"hardware": "isaac_reram_flat", "objective": "energy", "sampler": sampler,
-         "trials": TRIALS, "knobs": KNOBS},
+        {
+            "hardware": "isaac_reram_flat",
+            "objective": "energy",
+            "sampler": sampler,
+            "trials": TRIALS,
+            "knobs": KNOBS,
+        },
         source="test",
     )
     return Problem.build(load_model("mlp_relu"), space, load_hardware(space.hardware))

@@ -187,9 +187,15 @@ class Problem:
         planner_text = ", ".join(
             f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in planner.items()
         )
+        from fusiontune.ops import AttentionRole, attention_role
+
+        fused = sum(attention_role(op) is AttentionRole.FUSED for op in graph.ops)
+        attention = ""
+        if fused:  # the commands fuse by default; a study made before resumes with the switch
+            attention = f"; {fused} attention(s) fused, --no-fuse-attention keeps barriers"
         return {
             "graph": graph.structural_hash,
-            "graph_text": f"model {graph.name} (inputs {inputs}; graph {short})",
+            "graph_text": f"model {graph.name} (inputs {inputs}; graph {short}{attention})",
             "hardware": hw.hash,
             "hardware_text": f"hardware {hw.name} ({hw.hash})",
             "space": space_hash,
