@@ -258,6 +258,39 @@ def test_ctrl_c_to_the_process_group_of_a_ray_search_exits_130(tmp_path: Path, t
     assert ignoring and all(ignoring.values()), ignoring
 
 
+CLOSE_WITH_TASKS_IN_FLIGHT = """
+import ray
+from fusiontune.frontend.loader import load_model
+from fusiontune.planner.baselines import unfused_plan
+from fusiontune.search.backends import EvalTask, RayBackend
+from fusiontune.sim.hardware import HardwareConfig
+
+graph = load_model("lenet5")
+backend = RayBackend(workers=2)
+backend.start(graph)
+for trial in range(8):
+    backend.submit([EvalTask(trial, unfused_plan(graph), HardwareConfig())])
+backend.wait()  # one finished: the others are in flight, some just finishing
+cancelled = []
+ray.cancel = lambda ref, **kwargs: cancelled.append(ref)
+backend.close()
+print("cancelled", len(cancelled), "initialized", ray.is_initialized())
+"""
+"""A backend that started its own Ray, closed with tasks in flight."""
+
+
+def test_a_ray_the_backend_started_is_shut_down_without_cancelling_tasks() -> None:
+    """Closing a backend (as Ctrl-C does) with tasks in flight: no ``ray.cancel``, whose race
+    with a finishing task aborted the driver inside Ray (exit 1 instead of 130); the
+    shutdown ends the tasks with the job."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_WITH_TASKS_IN_FLIGHT],
+        env=cli_env(), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-4:] == ["cancelled", "0", "initialized", "False"], done.stdout
+
+
 # ---- two drivers starting one new study at the same instant --------------------------------------
 RACER = """
 import sys, time
