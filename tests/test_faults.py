@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from procs import POLL_S, REPO, SUBPROCESS_TIMEOUT_S, start_cli
 
 from fusiontune.cli.main import main
 from fusiontune.ir.graph import Graph
@@ -37,15 +38,7 @@ from fusiontune.search.records import TrialRecord
 from fusiontune.search.results import read_parquet
 from fusiontune.search.storage import open_study, storage_for
 
-REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fusiontune"
-
-SUBPROCESS_TIMEOUT_S = 300.0
-"""Longest a driver subprocess may take to reach the state a test waits for (generous: the
-suite must pass on a busy machine)."""
-
-POLL_S = 0.05
-"""How often a test looks at the driver's trials.parquet."""
 
 CHECKPOINT_S = "0.2"
 """--checkpoint-every of the driver subprocesses: several checkpoints within a second."""
@@ -199,27 +192,6 @@ def _driver_argv(out: Path, trials: int) -> list[str]:
     ]
 
 
-def _start_driver(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "fusiontune.cli.main", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_sigint,
-    )
-
-
-def _default_sigint() -> None:
-    """The driver takes Ctrl-C even when this suite runs as a background job, whose processes
-    inherit SIGINT ignored (the shell's rule for background jobs without job control)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _wait_for_rows(proc: subprocess.Popen[str], table: Path, rows: int) -> list[int]:
     """Read the table as often as possible until it has ``rows`` rows and has been rewritten
     at least once; every read must succeed (atomic replace). Returns the row counts seen."""
@@ -242,32 +214,58 @@ def _search_rows(table: Path) -> pd.DataFrame:
     return frame[frame["source"] == "search"].set_index("trial").sort_index()
 
 
+def _stored_rows(study_dir: Path) -> pd.DataFrame:
+    """The finished trials in the study storage (SQLite under ``study_dir``), as table rows."""
+    import optuna
+
+    from fusiontune.search.records import study_records
+
+    study = optuna.load_study(
+        study_name=study_dir.name, storage=storage_for(None, study_dir).target
+    )
+    records = study_records(study, stored=True)
+    frame = pd.DataFrame(
+        {"trial": r.trial, "state": r.state, "plan_hash": r.plan_hash, "hw_hash": r.hw_hash}
+        for r in records
+    )
+    return frame.set_index("trial").sort_index()
+
+
 def test_sigkill_mid_search_then_resume_loses_nothing(tmp_path: Path) -> None:
+    """What the design guarantees after a SIGKILL: the table is rewritten after each commit to
+    the study storage, so the table left by the kill holds only stored trials (it may trail
+    the storage by the flush the kill cut short), and ``--resume`` rebuilds it from the
+    storage: every stored trial exactly once, unchanged, and the budget counted from the
+    storage. The in-flight trial was never stored and is run again."""
     out = tmp_path / "out"
     table = out / "lenet5" / "trials.parquet"
-    proc = _start_driver(_driver_argv(out, 100000), tmp_path)
+    proc = start_cli(_driver_argv(out, 100000), tmp_path)
     seen = _wait_for_rows(proc, table, 30)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=SUBPROCESS_TIMEOUT_S)
     assert len(seen) >= 2, seen  # written periodically during the run, not only at the end
     killed = _search_rows(table)  # readable right after the kill
     assert len(killed) >= 30 and (killed["state"] == "COMPLETE").any()
+    stored = _stored_rows(out / "lenet5")
+    assert set(killed.index) <= set(stored.index)  # the table never runs ahead of the storage
+    columns = ["state", "plan_hash", "hw_hash"]
+    pd.testing.assert_frame_equal(stored.loc[killed.index, columns], killed[columns])
 
-    total = len(killed) + 10
+    total = len(stored) + 10
     assert main([*_driver_argv(out, total), "--resume"]) == 0
     final = _search_rows(table)
     assert len(final) == total and final.index.is_unique
-    columns = ["state", "plan_hash", "hw_hash", "value_0", "duplicate_of"]
-    before = killed[columns]
+    pd.testing.assert_frame_equal(final.loc[stored.index, columns], stored[columns])
+    columns += ["value_0", "duplicate_of"]
     after = final.loc[killed.index, columns]
-    pd.testing.assert_frame_equal(after, before)  # every stored trial survived, unchanged
+    pd.testing.assert_frame_equal(after, killed[columns])  # every row of the table survived
 
 
 def test_ctrl_c_saves_the_work_and_says_how_to_resume(tmp_path: Path) -> None:
     out = tmp_path / "out"
     table = out / "lenet5" / "trials.parquet"
     argv = _driver_argv(out, 100000)
-    proc = _start_driver(argv, tmp_path)
+    proc = start_cli(argv, tmp_path)
     _wait_for_rows(proc, table, 10)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
@@ -466,7 +464,7 @@ def test_ray_processes_die_within_seconds_of_a_killed_driver(tmp_path: Path) -> 
     argv = _driver_argv(out, 100000)
     argv[argv.index("--backend") + 1] = "ray"
     argv[argv.index("--workers") + 1] = "2"
-    proc = _start_driver(argv, tmp_path)
+    proc = start_cli(argv, tmp_path)
     _wait_for_rows(proc, out / "lenet5" / "trials.parquet", 5)
     ray_procs = _ray_processes_of(proc.pid)
     names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] for pid, _ in ray_procs}

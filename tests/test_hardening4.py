@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import SUBPROCESS_TIMEOUT_S, cli_env, start_cli, wait_for_file
 
 from fusiontune.cli.main import main
 from fusiontune.frontend.zoo import build_zoo
@@ -165,38 +166,6 @@ def test_report_on_a_damaged_groups_table_says_it_cannot_come_from_storage(
 
 
 # ---- double Ctrl-C -------------------------------------------------------------------------------
-REPO = Path(__file__).resolve().parents[1]
-SUBPROCESS_TIMEOUT_S = 300.0
-"""Generous: the machine may be busy (the suite runs beside other work)."""
-
-
-def _driver(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
-    """``fusiontune`` in a subprocess of its own, taking Ctrl-C even when this suite runs as a
-    background job (whose processes inherit SIGINT ignored)."""
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "fusiontune.cli.main", *argv],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-
-
-def _wait_for_file(proc: subprocess.Popen[str], path: Path, what: str) -> None:
-    """Wait until ``path`` exists (the driver's own progress marker), not for a fixed time."""
-    deadline = time.monotonic() + SUBPROCESS_TIMEOUT_S
-    while not path.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"driver ended or stalled before {what}: {proc.communicate()}")
-        time.sleep(0.05)
-
-
 def _search_argv(out: Path, trials: int = 100_000) -> list[str]:
     return [
         "search", "lenet5", "--backend", "serial", "--workers", "1", "--sampler", "random",
@@ -211,12 +180,11 @@ def test_double_ctrl_c_exits_130_with_one_line_of_what_was_saved(
     """Ctrl-C, then Ctrl-C again and again every ``interval_s`` until the driver ends: wherever
     the later ones land (the save, closing the storage, joining the backend, the last
     message, the interpreter's exit), the exit is 130 and stderr says once what was saved."""
-    from fusiontune.search.results import read_parquet
 
     out = tmp_path / "out"
     table = out / "lenet5" / "trials.parquet"
-    proc = _driver(_search_argv(out), tmp_path)
-    _wait_for_file(proc, table, "the first checkpoint")
+    proc = start_cli(_search_argv(out), tmp_path)
+    wait_for_file(proc, table, "the first checkpoint")
     proc.send_signal(signal.SIGINT)
     sent = 1
     while proc.poll() is None and sent < 2000:
@@ -224,6 +192,14 @@ def test_double_ctrl_c_exits_130_with_one_line_of_what_was_saved(
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGINT)
         sent += 1
+    _assert_interrupted_once(proc, table)
+
+
+def _assert_interrupted_once(proc: subprocess.Popen[str], table: Path) -> None:
+    """The driver exits 130; stderr says once how many trials are saved (as many as the
+    table holds) and how to continue, and nothing else."""
+    from fusiontune.search.results import read_parquet
+
     _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
@@ -235,6 +211,84 @@ def test_double_ctrl_c_exits_130_with_one_line_of_what_was_saved(
     assert len(lines) == 2, err  # nothing else: no second "interrupted"
     frame = read_parquet(table)
     assert (frame["source"] == "search").sum() == numbers[0] >= 1
+
+
+def _ray_workers_of(pid: int) -> list[int]:
+    """The Ray worker processes (``ray::IDLE``, ``ray::_remote_evaluate``...) below ``pid``."""
+    from fusiontune.search.ray_reaper import _table, descendants
+
+    agents = (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")
+    workers = []
+    for child, _ in descendants({pid}, _table()):
+        with contextlib.suppress(OSError):
+            title = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]
+            if title.startswith(b"ray::") and title not in agents:
+                workers.append(child)
+    return workers
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGINT (its ``SigIgn`` mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:"))
+    return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="processes and signal masks read from /proc")
+@pytest.mark.parametrize("times", [1, 3])
+def test_ctrl_c_to_the_process_group_of_a_ray_search_exits_130(tmp_path: Path, times: int) -> None:
+    """Ctrl-C in a terminal goes to the whole process group: with a local Ray the workers
+    ignore it (Ray's ``worker_process_setup_hook``), only the driver stops, and it exits 130
+    with one line of what was saved, once or pressed ``times`` times. (A Ray crash in the
+    driver, cancelling tasks that were just finishing, used to make this exit 1.)"""
+    out = tmp_path / "out"
+    table = out / "lenet5" / "trials.parquet"
+    argv = _search_argv(out)
+    argv[argv.index("serial")] = "ray"
+    argv[argv.index("--workers") + 1] = "2"
+    proc = start_cli(argv, tmp_path, new_group=True)
+    wait_for_file(proc, table, "the first checkpoint")  # trials ran: the workers are up
+    workers = _ray_workers_of(proc.pid)
+    ignoring = {pid: _ignores_sigint(pid) for pid in workers}
+    for _ in range(times):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.02)
+    _assert_interrupted_once(proc, table)
+    assert ignoring and all(ignoring.values()), ignoring
+
+
+CLOSE_WITH_TASKS_IN_FLIGHT = """
+import ray
+from fusiontune.frontend.loader import load_model
+from fusiontune.planner.baselines import unfused_plan
+from fusiontune.search.backends import EvalTask, RayBackend
+from fusiontune.sim.hardware import HardwareConfig
+
+graph = load_model("lenet5")
+backend = RayBackend(workers=2)
+backend.start(graph)
+for trial in range(8):
+    backend.submit([EvalTask(trial, unfused_plan(graph), HardwareConfig())])
+backend.wait()  # one finished: the others are in flight, some just finishing
+cancelled = []
+ray.cancel = lambda ref, **kwargs: cancelled.append(ref)
+backend.close()
+print("cancelled", len(cancelled), "initialized", ray.is_initialized())
+"""
+"""A backend that started its own Ray, closed with tasks in flight."""
+
+
+def test_a_ray_the_backend_started_is_shut_down_without_cancelling_tasks() -> None:
+    """Closing a backend (as Ctrl-C does) with tasks in flight: no ``ray.cancel``, whose race
+    with a finishing task aborted the driver inside Ray (exit 1 instead of 130); the
+    shutdown ends the tasks with the job."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_WITH_TASKS_IN_FLIGHT],
+        env=cli_env(), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-4:] == ["cancelled", "0", "initialized", "False"], done.stdout
 
 
 # ---- two drivers starting one new study at the same instant --------------------------------------
@@ -259,9 +313,7 @@ def test_two_drivers_starting_one_new_study_together(tmp_path: Path, storage: st
     removes nothing of the first's (its results folder was new to both)."""
     from fusiontune.search.results import read_parquet
 
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
+    env = cli_env()
     for attempt in range(3):
         run = tmp_path / str(attempt)
         run.mkdir()
@@ -381,8 +433,8 @@ def test_disk_full_mid_search_is_one_line_naming_the_file_and_keeps_the_stored_t
 
     table = small_disk / "lenet5" / "trials.parquet"
     argv = _search_argv(small_disk)
-    proc = _driver(argv, tmp_path)
-    _wait_for_file(proc, table, "the first checkpoint")
+    proc = start_cli(argv, tmp_path)
+    wait_for_file(proc, table, "the first checkpoint")
     filler = _fill(small_disk)
     _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
     assert proc.returncode == 2, err

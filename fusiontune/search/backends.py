@@ -500,10 +500,17 @@ class RayBackend(Backend):
         return failed
 
     def close(self) -> None:
+        """Stop. A Ray connection this backend made (a local Ray, or ``--address``) is shut
+        down, and the tasks in flight end with the driver's job; on a Ray the caller started
+        they are cancelled. Not cancelled before a shutdown: cancelling a task that is just
+        finishing can abort the driver inside Ray (``task_manager.cc``: "Tried to complete
+        task that was not pending", a cancel/completion race), which turned Ctrl-C's exit
+        130 into an exit 1."""
         import ray
 
-        for ref in list(self._in_flight):
-            ray.cancel(ref, force=True)
+        if not self._started_ray:
+            for ref in list(self._in_flight):
+                ray.cancel(ref, force=True)
         self._in_flight.clear()
         self.warm_ups.clear()
         if self._started_ray and ray.is_initialized():
@@ -594,12 +601,26 @@ def _address_error(address: str, exc: BaseException) -> Exception:
 
 
 def _runtime_env() -> dict[str, Any]:
-    """Let local Ray workers import this copy of fusiontune even when it is not installed."""
+    """Let local Ray workers import this copy of fusiontune even when it is not installed,
+    and make every worker ignore Ctrl-C (:func:`worker_setup`)."""
     import fusiontune
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(fusiontune.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    return {"env_vars": {"PYTHONPATH": path}}
+    return {
+        "env_vars": {"PYTHONPATH": path},
+        "worker_process_setup_hook": f"{__name__}.{worker_setup.__name__}",
+    }
+
+
+def worker_setup() -> None:
+    """Ray's ``worker_process_setup_hook``, run in each worker process before its first
+    task: SIGINT is ignored, so a Ctrl-C sent to the terminal's process group (or to the
+    workers of a cluster started from that terminal) reaches only the driver, which saves
+    the trials and ends the workers itself. Named by its dotted path: the workers import it.
+    Consequence: ``ray.cancel(force=False)`` (Ray's ``interrupt_main``) does nothing on these
+    workers; the backend cancels with ``force=True`` only."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def max_workers() -> int:
