@@ -90,8 +90,9 @@ def test_a_binding_network_changes_the_exact_choice() -> None:
     assert aware.bottleneck_cycles == want
     assert blind.copies != aware.copies
     # the blind copies priced with the network are slower: stage 0's 3 copies need 60
-    priced = exact_replication(stages, 6, max_copies=[3, 3], noc=noc)
-    assert max(100 / 3, noc(0, 3)) == 60.0 > aware.bottleneck_cycles <= priced.bottleneck_cycles
+    priced = _result("exact", stages, blind.copies, 6, False, noc)
+    assert priced.bottleneck_cycles == 60.0 > aware.bottleneck_cycles
+    assert priced.noc_bound_stages == 1
 
 
 @pytest.fixture(scope="module")
