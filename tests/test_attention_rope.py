@@ -197,3 +197,15 @@ def test_the_zoo_prefill_moves_the_split_and_the_decode_step_keeps_it() -> None:
     d = fuse_attention(graph).lint()
     assert len(fused(d)) == 2 and all("q_num_heads" not in op.attrs for op in fused(d))
     assert not [t for t in d.tensors if t.endswith(".seq_major")]  # nothing moved
+
+
+def test_moved_axes_names_the_axes_a_slice_split_or_concat_moves() -> None:
+    from fusiontune.ops import moved_axes
+
+    g = rope_block()
+    by_name = {op.name: op for op in g.ops}
+    assert moved_axes(g, by_name["q.rope.x1"]) == frozenset({3})  # Slice, axes [3]
+    assert moved_axes(g, by_name["q.rope.rotate"]) == frozenset({3})  # Concat, axis 3
+    assert moved_axes(g, by_name["q.rope.neg"]) is None  # no such fact for an element-wise op
+    s = rope_block("seq")
+    assert moved_axes(s, {op.name: op for op in s.ops}["q.rope.x1"]) == frozenset({2})
