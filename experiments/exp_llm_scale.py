@@ -248,14 +248,14 @@ def render(rows: list[dict[str, Any]]) -> None:
         "builder with attention as barriers (1,473 ops prefill, 1,505 decode) in 22-35 CPU "
         "seconds, fused (993 prefill, 1,185 decode) in 3.6-14; the dynamo export (1,666 ops "
         "as barriers, 1,474 fused, 32 of 32 attentions) in 52-53 and 48-49 CPU seconds "
-        "(wall 54-260 s). `zoo32_rms7` and the `zoo64` barrier rows are from the earlier run "
-        "(barrier rows do not depend on P5).",
+        "(wall 54-260 s). `zoo32_rms7` is from the earlier run (barrier only, "
+        "which P5 does not change).",
         "Growth: with attention as barriers CPU seconds per op rise from about 0.01 at 8 "
-        "layers to 0.016 at 32 and 0.03 at 64 (mildly superlinear: the ideals grow with the "
+        "layers to 0.016 at 32 and 0.026-0.030 at 64 (mildly superlinear: the ideals grow with the "
         "layers, each mask with the ops); fused, the optimizer is 6-8x faster in prefill (0.5, "
         "3.7 and 12 CPU s at 8, 32, 64 layers) and 1.7-2.6x in decode (2.2, 13 and 38), "
         "each attention one OPAQUE group cutting the graph. 64 layers (1,985-3,009 ops) are "
-        "proven in 12-99 CPU seconds. The budgeted count takes under 1 CPU second at every "
+        "proven in 12-92 CPU seconds. The budgeted count takes under 1 CPU second at every "
         "size.",
         "Traffic: greedy is within 2.7 % of the optimum in prefill and 0.2 % in decode on "
         "`sram_edge_stream` (7.5 % and 2.1 % on the default preset); unfused is 1.9-2.0x "
