@@ -243,37 +243,47 @@ def render(rows: list[dict[str, Any]]) -> None:
         "`torch.onnx.export(dynamo=True)` (`experiments/make_llama_dynamo.py`; not committed, "
         "8 MB) and loaded by `load_onnx` (`build_s`: the load). Its 65 decomposed RMSNorms "
         "import as RMSNormalization ops.",
-        "Findings (this run): at 32 layers (1,473 ops prefill, 1,505 decode; 1,863 with "
-        "RMSNorm decomposed; 1,666 for the dynamo export) every optimum is proven on both "
-        "presets, in 22-35 CPU seconds for the zoo builder and 57-62 for the dynamo import; "
-        "wall 180-550 s on the loaded machine. The dynamo import on `sram_edge_stream` at a "
-        "600 s wall limit stopped after 36 CPU seconds with a proven 3.9 % gap; the row shown "
-        "is the re-run with a 3,000 s limit.",
-        "Growth: CPU seconds per op rise from about 0.011 at 8 layers to 0.02 at 32 and 0.03 "
-        "at 64 (mildly superlinear: the ideals grow with the layers, each mask with the ops); "
-        "64 layers (2,625-3,009 ops) are proven in 75-99 CPU seconds (barrier and fused on "
-        "`sram_edge_stream`, barrier on the default preset; wall 460-970 s). The budgeted "
-        "count takes under 1 CPU second at every size (exact up to 2 layers, past that a "
-        "proven lower bound).",
-        "Traffic: greedy is within 2.3 % of the optimum in prefill and 0.2 % in decode on "
-        "`sram_edge_stream` (5.4 % and 0.6 % on the default preset); unfused is 1.9x "
-        "(prefill) and 1.1x (decode) the optimum on `sram_edge_stream`, 3.0x and 1.2-1.4x on "
-        "the default preset, where weights are resident and only activations move.",
-        "Weights: on `sram_edge_stream` they are 52-56 % of the optimum's traffic in prefill "
-        "and 70 % in decode (one token uses each weight once). Every plan programs each matrix "
-        "once; at these widths no single matrix exceeds the 64 crossbars and the buffer holds "
-        "a tile's inputs and partial sums, so nothing is re-loaded (`weight_reload_bytes` 0; "
-        "`tests/test_llm.py` checks the re-loads on a 4-crossbar chip at 256 tokens).",
-        "Fused attention: at 16 tokens the scores are small: the fused optimum moves 0.875x the "
-        "barrier optimum's activation bytes in prefill and 0.983x in decode.",
+        "Findings (run of 2026-12-03 17:00-17:45, after the NaN-guard merge and the head "
+        "split moved past RoPE): at 32 layers every optimum is proven on both presets: zoo "
+        "builder with attention as barriers (1,473 ops prefill, 1,505 decode) in 22-35 CPU "
+        "seconds, fused (993 prefill, 1,185 decode) in 3.6-14; the dynamo export (1,666 ops "
+        "as barriers, 1,474 fused, 32 of 32 attentions) in 52-53 and 48-49 CPU seconds "
+        "(wall 54-260 s). `zoo32_rms7` is from the earlier run (barrier only, "
+        "which P5 does not change).",
+        "Growth: with attention as barriers CPU seconds per op rise from about 0.01 at 8 "
+        "layers to 0.016 at 32 and 0.026-0.030 at 64 (mildly superlinear: the ideals grow with the "
+        "layers, each mask with the ops); fused, the optimizer is 6-8x faster in prefill (0.5, "
+        "3.7 and 12 CPU s at 8, 32, 64 layers) and 1.7-2.6x in decode (2.2, 13 and 38), "
+        "each attention one OPAQUE group cutting the graph. 64 layers (1,985-3,009 ops) are "
+        "proven in 12-92 CPU seconds. The budgeted count takes under 1 CPU second at every "
+        "size.",
+        "Traffic: greedy is within 2.7 % of the optimum in prefill and 0.2 % in decode on "
+        "`sram_edge_stream` (7.5 % and 2.1 % on the default preset); unfused is 1.9-2.0x "
+        "(prefill) and 1.1x (decode) the optimum on `sram_edge_stream`, 2.7-3.4x and 1.4-1.8x "
+        "on the default preset, where weights are resident and only activations move.",
+        "Weights: on `sram_edge_stream` they are 48-64 % of the optimum's traffic in prefill "
+        "and 70-89 % in decode (one token uses each weight once). Every plan programs each "
+        "matrix once; at these widths no single matrix exceeds the 64 crossbars and the buffer "
+        "holds a tile's inputs and partial sums, so nothing is re-loaded "
+        "(`weight_reload_bytes` 0; `tests/test_llm.py` checks the re-loads on a 4-crossbar "
+        "chip at 256 tokens).",
+        "Fused attention: the fused optimum moves 0.625-0.631x the barrier optimum's "
+        "activation bytes in prefill and 0.287-0.288x in decode (zoo builder, every size: "
+        "each attention's scores and repeat_kv stay on chip, in prefill its head split and "
+        "merge too); 0.767x for the dynamo export.",
+        "RoPE: in Llama the head split of Q and K stands before the rotary embedding; P5 now "
+        "moves it past RoPE and absorbs it (`docs/attention.md` §1.1): 4 ops fewer per layer "
+        "in prefill (8 layers: 281 -> 249 fused ops). The traffic is the same as with the "
+        "4-D form at these widths (8 layers: 459,776 B on `sram_edge_stream`, both proven; "
+        "2 layers at hidden 256, 512 tokens, default preset: 5,373,952 B both), the "
+        "optimizer's time falls (8 layers: 1.7 -> 0.5 CPU s). The decode step keeps the "
+        "4-D form (K's RoPE output also feeds the cache).",
         "The dynamo export (2,056 ONNX nodes): torch's scaled_dot_product_attention "
-        "decomposition guards the probabilities with `Where(IsNaN(p), 0, p)`. P5 absorbs the "
-        "guard (`nan_guard=1`, docs/attention.md) and fuses all 32 attentions (before it "
-        "refused them: `the probabilities of ... are read by IsNaN, Where`); this run "
-        "predates that and has dynamo rows with attention as barriers only.",
+        "decomposition guards the probabilities with `Where(IsNaN(p), 0, p)`; P5 absorbs the "
+        "guard (`nan_guard=1`) and fuses all 32 attentions, in the 3-D form.",
         "Timings: `*_s` wall seconds, `*_cpu_s` the process's CPU seconds (one core; the "
         "optimizer is single-threaded), on 2 cores shared with up to a dozen other jobs "
-        "(load average ~12 during the run): the CPU seconds are the fair figure.",
+        "(load average 3-7 during this run): the CPU seconds are the fair figure.",
     ]
     sections = [
         ("Rows", table),

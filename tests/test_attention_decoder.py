@@ -153,7 +153,9 @@ def test_the_zoo_decoder_fuses_every_attention_causal_and_grouped(name: str) -> 
     ops = fused(g)
     assert len(ops) == 2 and not [o for o in g.ops if is_activation_matmul(g, o)]
     assert all(o.attrs.get("is_causal") == 1 and len(o.inputs) == 3 for o in ops)
-    assert all(g.tensors[o.inputs[1]].shape[1] == 2 for o in ops)  # 4 heads over 2 KV heads
+    # 4 heads over 2 KV heads, in the sequence-major form (the split moved past RoPE)
+    assert all((o.attrs["q_num_heads"], o.attrs["kv_num_heads"]) == (4, 2) for o in ops)
+    assert all(g.tensors[o.inputs[1]].shape == (1, 16, 2 * 16) for o in ops)
     x = random_inputs(graph, seed=4)
     want = _ort(to_onnx(graph), x)
     run = execute(g, singleton_plan(g), x, hw=HW)

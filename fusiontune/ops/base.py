@@ -280,6 +280,10 @@ class OpDef:
         attention_role: what the op can be in an attention chain (:class:`AttentionRole`);
             the attention pattern (P5) is recognised from these roles, ``activation_matmul``
             and ``permutation`` only.
+        moved_axes: ``moved_axes(op, tensors, rank)``: the axes along which the op selects or
+            joins elements (Slice's axes, Split's and Concat's axis), each element otherwise
+            staying where it is; ``None`` from it: not known (a non-constant operand). P5
+            moves a head split past such ops when they touch the last (head-dim) axis only.
         barrier: why every op of this OPAQUE type is a barrier to fusion, for ``explain``
             (LSTM: a recurrent op); ``None``: the generic reason.
     """
@@ -325,6 +329,7 @@ class OpDef:
     permutation: Callable[[Op, int], Shape] | None = None
     fold_elements: FoldFn | None = None
     attention_role: AttentionRole | None = None
+    moved_axes: Callable[[Op, Tensors, int], frozenset[int] | None] | None = None
     barrier: str | None = None
 
     def __post_init__(self) -> None:

@@ -54,6 +54,29 @@ def _concat(op: Op, inputs: Inputs) -> list[Array]:
     return [np.concatenate(arrays, axis=attr_i(op, "axis"))]
 
 
+def _axis_moved(op: Op, tensors: Tensors, rank: int) -> frozenset[int] | None:
+    """Concat's and Split's ``axis`` (normalized for ``rank``)."""
+    return frozenset({attr_i(op, "axis") % rank})
+
+
+def _slice_moved(op: Op, tensors: Tensors, rank: int) -> frozenset[int] | None:
+    """Slice's axes (``None`` unless they and the starts are constants or attributes)."""
+
+    def value(index: int) -> list[int] | None:
+        t = tensors.get(op.inputs[index]) if len(op.inputs) > index and op.inputs[index] else None
+        return None if t is None or t.value is None else ints(np.asarray(t.value).reshape(-1))
+
+    if op.attr("starts") is not None:  # opset < 10
+        starts, axes = ints(op.attr("starts")), ints(op.attr("axes"))
+    else:
+        starts, axes = value(1), value(3)
+        if len(op.inputs) > 3 and op.inputs[3] and axes is None:
+            return None
+    if starts is None:
+        return None
+    return frozenset(a % rank for a in (axes if axes is not None else range(len(starts))))
+
+
 def _shape_value(op: Op, shape: Shape) -> Array:
     """Shape's output from the input's shape: ``shape[start:end]``."""
     end = op.attr("end")
@@ -454,7 +477,14 @@ FOLD_ONLY: dict[str, FoldFn] = {"EyeLike": _eye_like_elements, "OneHot": _one_ho
 
 
 OPS: tuple[OpDef, ...] = (
-    OpDef("Concat", shape=_concat_shape, lint_opaque=True, reference=_concat, concatenates=True),
+    OpDef(
+        "Concat",
+        shape=_concat_shape,
+        lint_opaque=True,
+        reference=_concat,
+        concatenates=True,
+        moved_axes=_axis_moved,
+    ),
     OpDef(
         "Shape",
         defaults={"start": 0},
@@ -469,7 +499,7 @@ OPS: tuple[OpDef, ...] = (
         static_value=_size_value,
     ),
     OpDef("Gather", defaults={"axis": 0}, shape=_gather_shape, reference=_gather),
-    OpDef("Slice", shape=_slice_shape, reference=_slice),
+    OpDef("Slice", shape=_slice_shape, reference=_slice, moved_axes=_slice_moved),
     OpDef(
         "Split",
         defaults={"axis": 0},
@@ -477,6 +507,7 @@ OPS: tuple[OpDef, ...] = (
         reference=_split,
         operand=OperandMove("split", 1, SPLIT_INPUT_SINCE),
         export=_split_export,
+        moved_axes=_axis_moved,
     ),
     OpDef(
         "Pad",

@@ -320,6 +320,15 @@ def axis_permutation(op: Op, rank: int) -> Shape | None:
     return None if permutation is None else permutation(op, rank)
 
 
+def moved_axes(graph: Graph, op: Op) -> frozenset[int] | None:
+    """The axes along which ``op`` selects or joins elements of its first input (Slice,
+    Split, Concat; ``OpDef.moved_axes``), ``None`` for an op without that fact."""
+    fn = def_of(op).moved_axes
+    if fn is None or not op.inputs or op.inputs[0] not in graph.tensors:
+        return None
+    return fn(op, graph.tensors, len(graph.tensors[op.inputs[0]].shape))
+
+
 def attention_role(op: Op) -> AttentionRole | None:
     """What ``op`` can be in an attention chain (DESIGN P5; ``planner/attention.py``)."""
     return def_of(op).attention_role

@@ -63,6 +63,7 @@ from fusiontune.ops.attention import (
     transpose_op,
     where_op,
 )
+from fusiontune.planner.attention_rope import commute_head_split
 
 RANK = 4  # [B, H, N, d]
 Mask = tuple[str, float | None, bool]
@@ -575,6 +576,8 @@ def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
     ``<softmax>.attention.keys``. Graphs without fusable chains are returned as they are.
     ``absorb_heads=False``: the head split and merge stay ops of their own (the 4-D form).
     """
+    if absorb_heads:
+        graph = _rope_heads(graph)
     chains = [c for c in find_attention(graph, absorb_heads) if c.fusable]
     if not chains:
         return graph
@@ -619,6 +622,21 @@ def fuse_attention(graph: Graph, absorb_heads: bool = True) -> Graph:
     used |= set(graph.inputs) | set(graph.outputs)
     kept = {n: t for n, t in tensors.items() if n in used}
     return Graph(graph.name, kept, tuple(ops), graph.inputs, graph.outputs)
+
+
+def _rope_heads(graph: Graph) -> Graph:
+    """``graph`` with the head split of Q and K moved past their RoPE where P5 then absorbs
+    the split (``attention_rope.commute_head_split``): only the regions whose chain takes the
+    3-D form after the move and not before (a scale on Q, which P5 absorbs anyway, is no
+    reason to move a split), so no other graph gets the extra views."""
+    moved, exits = commute_head_split(graph)
+    if not exits:
+        return graph
+    had = {c.softmax for c in find_attention(graph) if c.fusable and c.heads}  # absorbed already
+    sources = {t for c in find_attention(moved) if c.fusable and c.heads and c.softmax not in had
+               for t in (c.q, c.k_source)}  # fmt: skip
+    keep = {e for e, x in exits.items() if x in sources}
+    return commute_head_split(graph, keep)[0] if keep else graph
 
 
 def _one_mask(
