@@ -199,6 +199,16 @@ def test_the_zoo_prefill_moves_the_split_and_the_decode_step_keeps_it() -> None:
     assert not [t for t in d.tensors if t.endswith(".seq_major")]  # nothing moved
 
 
+def test_explain_says_where_the_split_was_moved_past_rope() -> None:
+    from fusiontune.planner.attention import explain_attention
+
+    moved = "head split of Q and K moved past their per-head ops (RoPE)"
+    llama = explain_attention(fuse_attention(build_zoo("llama_tiny", input_size=16)))
+    assert len(llama) == 2 and all(moved in str(v) for v in llama)
+    bert = explain_attention(fuse_attention(build_zoo("bert_block", input_size=16)))
+    assert bert and not any("moved past" in str(v) for v in bert)  # absorbed, nothing moved
+
+
 def test_moved_axes_names_the_axes_a_slice_split_or_concat_moves() -> None:
     from fusiontune.ops import moved_axes
 

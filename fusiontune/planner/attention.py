@@ -63,7 +63,7 @@ from fusiontune.ops.attention import (
     transpose_op,
     where_op,
 )
-from fusiontune.planner.attention_rope import commute_head_split
+from fusiontune.planner.attention_rope import commute_head_split, moved_past
 
 RANK = 4  # [B, H, N, d]
 Mask = tuple[str, float | None, bool]
@@ -754,6 +754,10 @@ def _decoder_detail(graph: Graph, op: Op) -> str:
     )
     if heads_of(op) is not None:
         parts.append("head split and merge absorbed: Q, K, V and the output in [B, N, H·d]")
+        moved = [name for name, t in zip("QK", op.inputs[:2]) if moved_past(graph, t)]
+        if moved:
+            parts.append(f"head split of {' and '.join(moved)} moved past their per-head ops "
+                         "(RoPE), which run in [B, N, H, d]")  # fmt: skip
     if hq != hk:
         parts.append(f"grouped heads: {hq} query heads over {hk} K/V heads, each K/V tile "
                      "read once per group")  # fmt: skip

@@ -42,6 +42,7 @@ from fusiontune.ops.attention import reshape_op, transpose_op
 
 RANK = 4
 HEAD_SPLIT = (0, 2, 1, 3)  # [B, N, H, d] <-> [B, H, N, d]
+SEQ_MAJOR = ".seq_major"  # the suffix of the tensors a moved region makes (sequence-major)
 LAST = frozenset({RANK - 1})
 POINTWISE = (OpClass.ELEMWISE, OpClass.AFFINE, OpClass.BINARY)
 
@@ -62,7 +63,7 @@ def commute_head_split(graph: Graph, only: set[str] | None = None) -> tuple[Grap
     for split, ops, exit_ in regions:
         src, seq_src = split.outputs[0], split.inputs[0]
         dropped.add(split.name)
-        seq_exit = _fresh(tensors, f"{exit_}.seq_major")
+        seq_exit = _fresh(tensors, f"{exit_}{SEQ_MAJOR}")
         names = {src: seq_src, exit_: seq_exit}
         for op in ops:
             for t in op.outputs:
@@ -152,6 +153,13 @@ def _per_head(graph: Graph, op: Op, lead: tuple[int, ...]) -> bool:
     return all(len(graph.tensors[t].shape) == RANK for t in data)
 
 
+def moved_past(graph: Graph, tensor: str) -> bool:
+    """Whether ``tensor`` (a fused attention's Q or K) is the ``[B, N, H·d]`` view of a region
+    :func:`commute_head_split` moved the head split past (what ``--explain`` reports)."""
+    op = graph.producer(tensor)
+    return op is not None and any(SEQ_MAJOR in t for t in op.inputs if t)
+
+
 def _seq_major(t: Tensor, name: str | None = None) -> Tensor:
     shape = tuple(t.shape[i] for i in HEAD_SPLIT)
     return Tensor(name or t.name, shape, t.dtype)
@@ -167,7 +175,7 @@ def _const(graph: Graph, tensors: dict[str, Tensor], made: dict[str, str], t: st
         value = np.asarray(c.value).reshape((1,) * (RANK - c.value.ndim) + c.value.shape)
         value = np.ascontiguousarray(np.transpose(value, HEAD_SPLIT))
         value.flags.writeable = False
-        name = _fresh(tensors, f"{t}.seq_major")
+        name = _fresh(tensors, f"{t}{SEQ_MAJOR}")
         tensors[name] = Tensor(name, tuple(value.shape), c.dtype, value)
         made[t] = name
     return made[t]
