@@ -24,7 +24,6 @@ from fusiontune.sim.placement import place_plan, stage_port_bytes, stage_port_fl
 from fusiontune.sim.replication import (
     STRATEGIES,
     Stage,
-    _exact_with_noc,
     _result,
     exact_replication,
     plan_stages,
@@ -72,29 +71,6 @@ def test_exact_with_noc_matches_brute_force(seed: int) -> None:
         assert rep.bottleneck_cycles == max(
             max(ci / r, noc(i, r)) for i, (ci, r) in enumerate(zip(c, rep.copies))
         )
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_the_network_free_shortcut_returns_what_the_scan_returns(seed: int) -> None:
-    """When the blind optimum's copies keep their slowest stage with network times,
-    ``exact_replication`` returns them at once: the same copies and bottleneck as the full
-    scan (``_exact_with_noc``), and the brute-force optimum."""
-    rng = random.Random(100 + seed)
-    n = rng.randint(1, 4)
-    c = [rng.randint(50, 400) for _ in range(n)]
-    x = [rng.randint(1, 4) for _ in range(n)]
-    budget = sum(x) + rng.randint(0, 12)
-    scale = (0.1, 1.0, 4.0)[seed % 3]  # the network far below, near and above the compute
-    table = {(i, r): scale * rng.randint(0, 100) for i in range(n) for r in range(1, budget + 1)}
-
-    def noc(i: int, r: int) -> float:
-        return table[i, r]
-
-    stages = [Stage(f"s{i}", 0, c[i], x[i], c[i], False) for i in range(n)]
-    fast = exact_replication(stages, budget, noc=noc)
-    scan = _exact_with_noc(stages, budget, [budget] * n, noc)
-    assert (fast.copies, fast.bottleneck_cycles) == (scan.copies, scan.bottleneck_cycles)
-    assert fast.proven and fast.bottleneck_cycles == _brute(c, x, budget, noc)[0]
 
 
 def test_a_binding_network_changes_the_exact_choice() -> None:

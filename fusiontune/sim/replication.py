@@ -194,9 +194,6 @@ def exact_replication(
     if n == 0 or ones > budget:
         return _result("exact", stages, [1] * n, budget, ones <= budget, noc)
     if noc is not None:
-        blind = exact_replication(stages, budget, max_copies)
-        if _network_free(blind, noc):  # the network-blind optimum loses nothing: it is exact
-            return _result("exact", stages, list(blind.copies), budget, True, noc)
         return _exact_with_noc(stages, budget, u.tolist(), noc, noc_floor)
     if (c == 0).all():
         return _result("exact", stages, [1] * n, budget, True)
@@ -226,19 +223,6 @@ def exact_replication(
     best = copies_at(lo)
     assert best is not None
     return _result("exact", stages, best.tolist(), budget, True)
-
-
-def _network_free(blind: Replication, noc: NocTime) -> bool:
-    """Whether the network-blind optimum's copies keep its slowest stage with network times.
-
-    Proof that they are then the network-aware optimum: every stage time
-    ``max(c_i / r, n_i(r))`` is at least ``c_i / r``, so no replication beats the blind
-    optimum's ``T0 = max_i c_i / r_i``; copies that reach ``T0`` with ``n_i`` are optimal, and
-    they are the fewest such (each stage needs ``c_i / r <= T0``, and the blind copies are the
-    least ``r`` with that), which is what :func:`_exact_with_noc` returns too. One network time
-    per stage is asked, instead of a scan."""
-    slowest = blind.bottleneck_cycles
-    return blind.proven and all(noc(i, int(r)) <= slowest for i, r in enumerate(blind.copies))
 
 
 def _least_copies(cycles: int, target: float, strict: bool) -> int:
