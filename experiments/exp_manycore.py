@@ -13,13 +13,6 @@ also the optimum of ``isaac_168``'s DRAM traffic since its totals are the flat c
 
 Writes ``results/exp_manycore.csv``, ``exp_manycore_2.csv`` and ``exp_manycore.md``. Usage:
 ``python experiments/exp_manycore.py [--models M ...] [--time-limit S]``.
-
-``--noc`` (issue 21, NoC in the batch pipeline) instead measures, on ``isaac_reram`` and
-``puma_138``, resnet18 and resnet50, the unfused and greedy plans with exact replication, in one
-run: images/s of the model before (``simulate_replicated(..., noc=False)``: compute-only stage
-times, ports, no links) and after (each stage's time includes its own network port time, the
-exact solver minimises it, the pipeline waits for the busiest link), and how many stages are
-network-bound: ``results/exp_manycore_noc.csv`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -39,15 +32,12 @@ from fusiontune.sim.greedy import greedy_plan
 from fusiontune.sim.hardware import load_hardware
 from fusiontune.sim.placement import place_plan
 from fusiontune.sim.replication import (
-    _result,
     balance_replication,
     exact_replication,
     images_per_s,
     latency_cycles,
     no_replication,
     plan_stages,
-    simulate_replicated,
-    stage_noc,
     uniform_replication,
 )
 
@@ -126,86 +116,6 @@ def run(models: tuple[str, ...], time_limit_s: float) -> tuple[list[dict[str, An
     return placement_rows, replication_rows
 
 
-NOC_PRESETS = ("isaac_reram", "puma_138")
-NOC_MODELS = ("resnet18", "resnet50")
-
-
-def _bound_by(tp: Any) -> str:
-    terms = {
-        "stage": tp.replication.bottleneck_cycles,
-        "dram": tp.dram_cycles,
-        "port": tp.port_cycles,
-        "link": tp.link_cycles,
-    }
-    return max(terms, key=lambda k: terms[k])
-
-
-def noc_run(models: tuple[str, ...], presets: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Images/s before and after the NoC enters the batch pipeline (module docstring)."""
-    rows = []
-    for preset in presets:
-        hw = load_hardware(preset)
-        for name in models:
-            graph = build_zoo(name)
-            plans = (
-                ("unfused", unfused_plan(graph)),
-                ("greedy", greedy_plan(graph, PlannerConfig(), hw)),
-            )
-            for label, plan in plans:
-                t0 = time.perf_counter()
-                _, before = simulate_replicated(graph, plan, hw, "exact", noc=False)
-                t1 = time.perf_counter()
-                _, after = simulate_replicated(graph, plan, hw, "exact", noc=True)
-                t2 = time.perf_counter()
-                stages = plan_stages(graph, plan, hw)
-                net = stage_noc(graph, plan, hw, stages)
-                blind = _result(
-                    "exact", stages, before.replication.copies, hw.n_crossbars, False, net
-                )
-                rep = after.replication
-                rows.append(
-                    {
-                        "chip": preset,
-                        "model": name,
-                        "plan": label,
-                        "groups": len(plan.groups),
-                        "stages": len(stages),
-                        "img_s_before": round(before.images_per_s, 1),
-                        "img_s_after": round(after.images_per_s, 1),
-                        "after_vs_before": round(after.images_per_s / before.images_per_s, 4),
-                        "bound_before": _bound_by(before),
-                        "bound_after": _bound_by(after),
-                        "stage_cycles_before": round(before.replication.bottleneck_cycles),
-                        "blind_stage_cycles_with_noc": round(blind.bottleneck_cycles),
-                        "stage_cycles_after": round(rep.bottleneck_cycles),
-                        "port_cycles_after": round(after.port_cycles),
-                        "link_cycles_after": round(after.link_cycles),
-                        "noc_bound_stages_blind": blind.noc_bound_stages,
-                        "noc_bound_stages_after": rep.noc_bound_stages,
-                        "copies_before": sum(before.replication.copies),
-                        "copies_after": sum(rep.copies),
-                        "kept": "network-aware" if rep.proven else "network-blind",
-                        "seconds_before": round(t1 - t0, 2),
-                        "seconds_after": round(t2 - t1, 2),
-                    }
-                )
-    return rows
-
-
-NOC_NOTES = (
-    "before: `simulate_replicated(..., noc=False)`, the model of the previous results: stage "
-    "time c_i / r_i, exact replication on it, pipeline = max(slowest stage, DRAM time, busiest "
-    "core port). after (the default): stage time max(c_i / r_i, n_i(r_i)), n_i = the busiest "
-    "port of the stage's own transfers (input scatter, partial sums, output gather) at "
-    "`noc_link_bytes_per_cycle`; exact replication minimises the slowest such stage (proven); "
-    "pipeline = max(slowest stage, DRAM, busiest port, busiest link over the plan's per-image "
-    "link bytes). When the network-blind exact copies give fewer pipeline cycles under the "
-    "after model they are kept (`kept` network-blind; not proven for the stage term).",
-    "blind_stage_cycles_with_noc / noc_bound_stages_blind: the before copies priced with the "
-    "stages' network times (how many of their stages the network slows).",
-    "Same run, same plans; the greedy plan is the hardware-aware greedy of each chip. 224x224.",
-)
-
 NOTES = (
     "Chip: `isaac_168` = `isaac_reram_flat` as 168 cores (96 crossbars, 64 KiB eDRAM each) on a "
     "7 x 6 concentrated mesh of 4 cores per router; NoC 0.081 pJ/bit/hop (Accelergy "
@@ -232,21 +142,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--time-limit", type=float, default=120.0)
-    parser.add_argument(
-        "--noc", action="store_true", help="NoC in the batch pipeline, before/after"
-    )
     args = parser.parse_args()
-    if args.noc:
-        models = tuple(args.models) if args.models != list(MODELS) else NOC_MODELS
-        rows = noc_run(models, NOC_PRESETS)
-        print_rows("noc", rows)
-        write_outputs(
-            "manycore_noc",
-            "NoC time in the batch pipeline: images/s before and after (exact replication)",
-            [("isaac_reram and puma_138, 224x224", rows)],
-            NOC_NOTES,
-        )
-        return
     placement, replication = run(tuple(args.models), args.time_limit)
     print_rows("placement", placement)
     print_rows("replication", replication)

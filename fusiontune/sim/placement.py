@@ -206,7 +206,6 @@ class PlacedGroup:
         noc_max_link_bytes: the bytes of the group's busiest link (XY routes).
         noc_cycles: ``ceil(noc_max_link_bytes / noc_link_bytes_per_cycle)``: the cycles the
             network needs for the group (``docs/cores.md``, "NoC bandwidth").
-        link_loads: the bytes each link carries in the group (XY routes, :func:`link_bytes`).
     """
 
     ops: tuple[str, ...]
@@ -221,7 +220,6 @@ class PlacedGroup:
     core_received_bytes: Mapping[int, int] = field(default_factory=dict)
     noc_max_link_bytes: int = 0
     noc_cycles: int = 0
-    link_loads: Mapping[Link, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -241,9 +239,6 @@ class PlacedPlan:
             groups (one image; a core's network port carries ``noc_link_bytes_per_cycle`` each
             way, so the batch pipeline needs at least ``max / noc_link_bytes_per_cycle``
             cycles per image).
-        max_link_bytes: the busiest link's bytes over all groups (one image; the batch
-            pipeline runs every group at once, so it needs at least ``max_link_bytes /
-            noc_link_bytes_per_cycle`` cycles per image).
     """
 
     groups: tuple[PlacedGroup, ...]
@@ -254,7 +249,6 @@ class PlacedPlan:
     core_crossbars_used: tuple[int, ...]
     violations: tuple[str, ...]
     core_port_bytes: tuple[int, ...] = ()
-    max_link_bytes: int = 0
 
     @property
     def feasible(self) -> bool:
@@ -547,58 +541,6 @@ def place_group(
     return hit
 
 
-def stage_port_bytes(graph: Graph, group: Group, hw: HardwareConfig, op: str, copies: int) -> int:
-    """The busiest port of one stage's own transfers: the LINEAR stage whose first op is
-    ``op`` in ``group``, with ``copies`` copies, placed alone on fresh cores (``spread``).
-
-    Its own transfers are its input scatter, partial sums and output gather (placement step
-    4; not the tensors between ops). Under ``spread`` packing a stage starts on a core
-    boundary wherever it sits in a plan, so the cores it uses and the bytes each sends and
-    receives are these moved by whole cores: the value is the stage's alone, what the exact
-    replication solver needs (``docs/cores.md``, "NoC in the batch pipeline"). Returns the
-    largest, over the stage's cores, of the bytes sent and received per image. Cached.
-    """
-    table = _table(graph, hw)
-    key = ("port", group.ops, group.mode.value, op, copies)
-    hit = table.get(key)
-    if hit is None:
-        tiled = len(group.ops) == 1 and singleton_tiling(graph, group, hw) is not None
-        m = next(m for m in group_matrices(graph, group) if m.ops[0] == op)
-        conv = None
-        if not tiled and len(m.ops) == 1:
-            ckey = ("convs", group.ops, group.mode.value)
-            convs = table.get(ckey)
-            if convs is None:
-                convs = table[ckey] = conv_inputs(graph, group_structure(graph, group))
-            conv = convs.get(op)
-        flow = _Flow(hw)
-        _place_stage(m, max(1, copies), 0, hw, flow, conv)
-        cores = set(flow.sent) | set(flow.received)
-        hit = table[key] = max(
-            (max(flow.sent.get(c, 0), flow.received.get(c, 0)) for c in cores), default=0
-        )
-    assert isinstance(hit, int)
-    return hit
-
-
-def stage_port_floor(m: WeightMatrix, hw: HardwareConfig, copies: int) -> int:
-    """A lower bound on :func:`stage_port_bytes` that never decreases as ``copies`` grows.
-
-    The stage is placed from a core boundary and its tiles go copy by copy, ``t`` crossbars a
-    copy, so copy ``k >= h = ceil(core_crossbars / t)`` starts past the home core and holds no
-    tile there (the fill stays on the chip while the copies fit its crossbars); each of its
-    column tiles' outputs is gathered to the home: ``vectors_k x count x cols x act_bytes``
-    received there. Copies ``k < h`` compute at most ``ceil(vectors / copies)`` vectors each,
-    so the home receives at least ``max(0, vectors - h x ceil(vectors / copies)) x count x
-    cols x act_bytes``, which grows with ``copies``: the exact replication solver stops
-    scanning a stage's copies once this floor passes its target.
-    """
-    per_copy = crossbar_tiles(m, hw).crossbars
-    h = -(-hw.core_crossbars // per_copy)
-    off_home = max(0, m.vectors - h * -(-m.vectors // max(1, copies)))
-    return off_home * m.count * m.cols * hw.act_bytes
-
-
 class _Layout(NamedTuple):
     """Where a group's stages and ops sit, and what crosses the network (no buffers yet)."""
 
@@ -700,8 +642,7 @@ def _place_group(
     lay = _layout(graph, group, hw, start, reps, spread)
     needed = _singleton_bytes(graph, group, hw) if len(group.ops) == 1 else 0
     charge = _charge_buffers(graph, group, hw, lay.home, lay.holders, needed, lay.shares)
-    loads = link_bytes(hw, lay.flow.pairs)
-    busiest = max(loads.values(), default=0)
+    busiest = lay.flow.max_link_bytes
     return PlacedGroup(
         ops=group.ops,
         stages=lay.stages,
@@ -715,7 +656,6 @@ def _place_group(
         core_received_bytes=lay.flow.received,
         noc_max_link_bytes=busiest,
         noc_cycles=noc_cycles(hw, busiest),
-        link_loads=loads,
     )
 
 
@@ -944,10 +884,7 @@ def _place_plan(
     noc_bytes = sum(g.noc_bytes for g in placed)
     byte_hops = sum(g.noc_byte_hops for g in placed)
     sent, received = [0] * hw.cores, [0] * hw.cores
-    links: dict[Link, int] = {}
     for pg in placed:
-        for link, b in pg.link_loads.items():
-            links[link] = links.get(link, 0) + b
         for core, b in pg.core_sent_bytes.items():
             sent[core] += b
         for core, b in pg.core_received_bytes.items():
@@ -961,5 +898,4 @@ def _place_plan(
         core_crossbars_used=tuple(used),
         violations=tuple(violations),
         core_port_bytes=tuple(max(a, b) for a, b in zip(sent, received)),
-        max_link_bytes=max(links.values(), default=0),
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,10 +46,6 @@ BALANCE_MARGIN = 0.5
 the FC layers are spent (``margin_factor = 0.5``)."""
 UNIFORM_MARGIN = 1.2
 """PIMCOMP-NN ``ReplicateUniformly``: the common factor is floored after dividing by 1.2."""
-
-NocTime = Callable[[int, int], float]
-"""A stage's network time: ``(stage index, copies) -> cycles`` its own transfers need at its
-busiest port (:func:`stage_noc`; ``docs/cores.md``, "NoC in the batch pipeline")."""
 
 
 @dataclass(frozen=True)
@@ -84,11 +80,8 @@ class Replication:
         copies: ``r_i`` per stage (the order of the stages given).
         crossbars: ``sum r_i x_i``.
         budget: the crossbar budget.
-        bottleneck_cycles: the slowest stage time, ``max_i max(c_i / r_i, n_i(r_i))`` (``n_i``
-            the stage's network time when one was given, else 0).
+        bottleneck_cycles: ``max c_i / r_i``.
         proven: the bottleneck is the least any replication within the budget reaches.
-        stage_noc_cycles: ``n_i(r_i)`` per stage (empty without a network time).
-        compute_cycles: ``c_i / r_i`` per stage (empty without a network time).
     """
 
     strategy: str
@@ -97,13 +90,6 @@ class Replication:
     budget: int
     bottleneck_cycles: float
     proven: bool
-    stage_noc_cycles: tuple[float, ...] = ()
-    compute_cycles: tuple[float, ...] = ()
-
-    @property
-    def noc_bound_stages(self) -> int:
-        """Stages whose network time is longer than their compute time ``c_i / r_i``."""
-        return sum(n > c for n, c in zip(self.stage_noc_cycles, self.compute_cycles))
 
     @property
     def feasible(self) -> bool:
@@ -128,46 +114,27 @@ def plan_stages(graph: Graph, plan: Plan, hw: HardwareConfig) -> tuple[Stage, ..
 
 
 def _result(
-    strategy: str,
-    stages: Sequence[Stage],
-    copies: Sequence[int],
-    budget: int,
-    proven: bool,
-    noc: NocTime | None = None,
+    strategy: str, stages: Sequence[Stage], copies: Sequence[int], budget: int, proven: bool
 ) -> Replication:
-    compute = tuple(s.cycles / r for s, r in zip(stages, copies))
-    net = tuple(noc(i, int(r)) for i, r in enumerate(copies)) if noc is not None else ()
-    times = [max(c, n) for c, n in zip(compute, net)] if noc is not None else list(compute)
     return Replication(
         strategy=strategy,
         copies=tuple(int(r) for r in copies),
         crossbars=sum(r * s.crossbars for s, r in zip(stages, copies)),
         budget=budget,
-        bottleneck_cycles=max(times, default=0.0),
+        bottleneck_cycles=max((s.cycles / r for s, r in zip(stages, copies)), default=0.0),
         proven=proven,
-        stage_noc_cycles=net,
-        compute_cycles=compute if noc is not None else (),
     )
 
 
-def no_replication(stages: Sequence[Stage], budget: int, noc: NocTime | None = None) -> Replication:
+def no_replication(stages: Sequence[Stage], budget: int) -> Replication:
     """One copy of every stage."""
-    return _result("none", stages, [1] * len(stages), budget, False, noc)
+    return _result("none", stages, [1] * len(stages), budget, False)
 
 
 def exact_replication(
-    stages: Sequence[Stage],
-    budget: int,
-    max_copies: Sequence[int] | None = None,
-    noc: NocTime | None = None,
-    noc_floor: NocTime | None = None,
+    stages: Sequence[Stage], budget: int, max_copies: Sequence[int] | None = None
 ) -> Replication:
     """The replication with the least bottleneck ``max_i c_i / r_i`` under the budget.
-
-    With ``noc`` (a stage's network time ``n_i(r)``, :data:`NocTime`) the stage time is
-    ``t_i(r) = max(c_i / r, n_i(r))`` and the least ``max_i t_i(r_i)`` is found exactly, with
-    no assumption on how ``n_i`` changes with ``r`` (:func:`_exact_with_noc`); ``noc_floor``,
-    a lower bound on ``n_i(r)`` that never decreases in ``r``, only shortens the search.
 
     Problem: minimise ``T(r) = max_i c_i / r_i`` subject to ``sum_i r_i x_i <= B``,
     ``1 <= r_i <= u_i`` integer (``u_i``: ``max_copies``, default unbounded).
@@ -191,12 +158,8 @@ def exact_replication(
     x = np.array([s.crossbars for s in stages], dtype=np.int64)
     u = np.array(max_copies if max_copies is not None else [budget] * n, dtype=np.int64)
     ones = int(x.sum())
-    if n == 0 or ones > budget:
-        return _result("exact", stages, [1] * n, budget, ones <= budget, noc)
-    if noc is not None:
-        return _exact_with_noc(stages, budget, u.tolist(), noc, noc_floor)
-    if (c == 0).all():
-        return _result("exact", stages, [1] * n, budget, True)
+    if n == 0 or ones > budget or (c == 0).all():
+        return _result("exact", stages, [1] * n, budget, ones <= budget)
     k_max = np.minimum(u, (budget - (ones - x)) // x)
     nums, dens = [], []
     for j in range(n):
@@ -225,106 +188,8 @@ def exact_replication(
     return _result("exact", stages, best.tolist(), budget, True)
 
 
-def _least_copies(cycles: int, target: float, strict: bool) -> int:
-    """The least ``r >= 1`` with ``cycles / r <= target`` (``<`` when ``strict``)."""
-
-    def ok(r: int) -> bool:
-        return cycles / r < target if strict else cycles / r <= target
-
-    if target <= 0:
-        return 1 if cycles == 0 and not strict else 1 << 62
-    r = max(1, math.ceil(cycles / target))
-    while not ok(r):
-        r += 1
-    while r > 1 and ok(r - 1):
-        r -= 1
-    return r
-
-
-def _exact_with_noc(
-    stages: Sequence[Stage],
-    budget: int,
-    caps: Sequence[int],
-    noc: NocTime,
-    floor: NocTime | None = None,
-) -> Replication:
-    """:func:`exact_replication` with stage times ``t_i(r) = max(c_i / r, n_i(r))``.
-
-    Proof. For a target ``T`` let ``rho_i(T)`` be the least ``r <= u_i`` with ``t_i(r) <= T``
-    (``< T`` for a strict test). As ``x_i > 0``, some ``r`` has every ``t_i(r_i) <= T`` within
-    the budget iff ``sum_i x_i rho_i(T) <= B`` (any such ``r`` has ``r >= rho(T)``), so
-    :func:`choose` is an exact test, whatever ``n_i`` does as ``r`` grows: it scans each stage
-    upward from the least copies its compute allows, and stops a stage's scan at the copies
-    the budget leaves it once every other stage has its least. Phase 1 binary-searches the
-    compute candidates ``c_j / k`` for a reachable target (as without a network time: the
-    reachable targets form an up-set); phase 2 descends: with ``A`` the slowest stage of the
-    copies in hand, the strict test at ``A`` either fails (no replication is faster: ``A`` is
-    optimal) or returns copies whose slowest stage is below ``A``; ``A`` takes finitely many
-    values, so the descent ends at the optimum. The network time is asked lazily, only at
-    the copies a test scans; a stage's scan also stops once ``floor(i, r)`` (non-decreasing
-    in ``r``, at most ``n_i(r)``) misses the target, as every larger ``r`` misses it too.
-    """
-    n = len(stages)
-    c = [s.cycles for s in stages]
-    x = [s.crossbars for s in stages]
-
-    def ok(i: int, r: int, target: float, strict: bool) -> bool:
-        t = max(c[i] / r, noc(i, r))
-        return t < target if strict else t <= target
-
-    def choose(target: float, strict: bool) -> list[int] | None:
-        low = [_least_copies(c[i], target, strict) for i in range(n)]
-        if any(r > u for r, u in zip(low, caps)):
-            return None
-        rest = sum(xi * r for xi, r in zip(x, low))
-        if rest > budget:
-            return None
-        used, out = 0, []
-        for i in range(n):
-            rest -= x[i] * low[i]
-            limit = min(caps[i], (budget - used - rest) // x[i])
-            r = low[i]
-            while r <= limit and not ok(i, r, target, strict):
-                if floor is not None:
-                    f = floor(i, r)
-                    if (f >= target) if strict else (f > target):
-                        return None
-                r += 1
-            if r > limit:
-                return None
-            used += x[i] * r
-            out.append(r)
-        return out
-
-    def slowest(copies: Sequence[int]) -> float:
-        return max(max(c[i] / r, noc(i, r)) for i, r in enumerate(copies))
-
-    spare = budget - sum(x)  # every stage keeps a copy: stage j can take 1 + spare // x_j
-    targets = sorted(
-        {c[j] / k for j in range(n) if c[j] for k in range(1, min(caps[j], 1 + spare // x[j]) + 1)}
-    )
-    best = choose(math.inf, False)  # one copy each: within the budget (checked by the caller)
-    assert best is not None
-    lo, hi = 0, len(targets)
-    while lo < hi:  # phase 1: the least reachable compute candidate (hi: none found yet)
-        mid = (lo + hi) // 2
-        got = choose(targets[mid], False)
-        if got is not None:
-            best, hi = got, mid
-        else:
-            lo = mid + 1
-    while True:  # phase 2: descend to the optimum with strict tests
-        faster = choose(slowest(best), True)
-        if faster is None:
-            return _result("exact", stages, best, budget, True, noc)
-        best = faster
-
-
 def balance_replication(
-    stages: Sequence[Stage],
-    budget: int,
-    margin: float = BALANCE_MARGIN,
-    noc: NocTime | None = None,
+    stages: Sequence[Stage], budget: int, margin: float = BALANCE_MARGIN
 ) -> Replication:
     """PIMCOMP-NN's ``balance``: greedily copy the stage with the most windows per copy.
 
@@ -343,14 +208,11 @@ def balance_replication(
         copies[i] += 1
         available -= stages[i].crossbars
         heapq.heappush(heap, (-math.ceil(stages[i].windows / copies[i]), i))
-    return _result("balance", stages, copies, budget, False, noc)
+    return _result("balance", stages, copies, budget, False)
 
 
 def uniform_replication(
-    stages: Sequence[Stage],
-    budget: int,
-    margin: float = UNIFORM_MARGIN,
-    noc: NocTime | None = None,
+    stages: Sequence[Stage], budget: int, margin: float = UNIFORM_MARGIN
 ) -> Replication:
     """PIMCOMP-NN's ``uniform``: one factor for every non-FC stage.
 
@@ -361,7 +223,7 @@ def uniform_replication(
     conv = sum(s.crossbars for s in stages if not s.fc)
     factor = max(1, math.floor((budget - fc) / conv / margin)) if conv else 1
     copies = [1 if s.fc else factor for s in stages]
-    return _result("uniform", stages, copies, budget, False, noc)
+    return _result("uniform", stages, copies, budget, False)
 
 
 def images_per_s(rep: Replication, hw: HardwareConfig) -> float:
@@ -371,16 +233,11 @@ def images_per_s(rep: Replication, hw: HardwareConfig) -> float:
     return NS_PER_S * hw.clock_ghz / rep.bottleneck_cycles
 
 
-def latency_cycles(
-    stages: Sequence[Stage], copies: Sequence[int], noc_cycles: Sequence[float] = ()
-) -> float:
-    """Latency mode: per group its slowest stage, summed over groups (fill left out);
-    ``noc_cycles``: each stage's network time (``Replication.stage_noc_cycles``), the stage
-    time being the larger of it and ``c_i / r_i``."""
+def latency_cycles(stages: Sequence[Stage], copies: Sequence[int]) -> float:
+    """Latency mode: per group its slowest stage, summed over groups (fill left out)."""
     slowest: dict[int, float] = {}
-    net = list(noc_cycles) or [0.0] * len(stages)
-    for s, r, n in zip(stages, copies, net):
-        slowest[s.group] = max(slowest.get(s.group, 0.0), s.cycles / r, n)
+    for s, r in zip(stages, copies):
+        slowest[s.group] = max(slowest.get(s.group, 0.0), s.cycles / r)
     return sum(slowest.values())
 
 
@@ -405,18 +262,13 @@ class PlanThroughput:
         dram_cycles: clock cycles the plan's DRAM bytes per image take at the DRAM bandwidth.
         port_cycles: clock cycles the busiest core's network port needs per image (the larger
             of the bytes it sends and receives, at ``noc_link_bytes_per_cycle``; 0 on one core).
-        pipeline_cycles: throughput mode, cycles per image: the slowest replicated stage (its
-            time ``max(c_i / r_i, n_i)`` with its own network time ``n_i``), the DRAM time, the
-            busiest port's time or the busiest link's time, whichever is longest (weights
-            resident); with weights loaded per inference there is no batch pipeline across
-            groups, so the stages' part is ``latency_cycles`` and the links' the sum of the
-            groups' ``noc_cycles``. Bursts and router latency are not priced, so it is a lower
-            bound on the cycles per image.
+        pipeline_cycles: throughput mode, cycles per image: the slowest replicated stage, the
+            DRAM time or the busiest port's time, whichever is longest (weights resident); with
+            weights loaded per inference there is no batch pipeline across groups, so the
+            stages' part is ``latency_cycles``. Links between routers are not priced, so it is
+            a lower bound on the cycles per image.
         latency_cycles: latency mode with these copies (:func:`latency_cycles`).
         images_per_s: ``clock / pipeline_cycles``.
-        link_cycles: clock cycles the busiest link between routers needs per image (resident
-            weights: its bytes over all groups, ``PlacedPlan.max_link_bytes``, at
-            ``noc_link_bytes_per_cycle``; loaded weights: the groups' ``noc_cycles`` summed).
     """
 
     stages: tuple[Stage, ...]
@@ -426,7 +278,6 @@ class PlanThroughput:
     pipeline_cycles: float
     latency_cycles: float
     images_per_s: float
-    link_cycles: float = 0.0
 
     def copies(self) -> dict[str, int]:
         """Copies by LINEAR op name (``place_plan``'s and ``simulate``'s ``replication``)."""
@@ -443,47 +294,30 @@ class PlanThroughput:
             "stage_cycles": rep.bottleneck_cycles,
             "dram_cycles": self.dram_cycles,
             "port_cycles": self.port_cycles,
-            "link_cycles": self.link_cycles,
-            "noc_bound_stages": rep.noc_bound_stages,
             "pipeline_cycles": self.pipeline_cycles,
             "latency_cycles": self.latency_cycles,
             "images_per_s": self.images_per_s,
         }
 
 
-def replicate(
-    stages: Sequence[Stage],
-    budget: int,
-    strategy: str,
-    noc: NocTime | None = None,
-    noc_floor: NocTime | None = None,
-) -> Replication:
-    """``stages`` replicated by ``strategy`` (one of :data:`STRATEGIES`) within ``budget``;
-    ``noc``: the stages' network times (the stage time every strategy is priced by, and the
-    one ``exact`` minimises)."""
+def replicate(stages: Sequence[Stage], budget: int, strategy: str) -> Replication:
+    """``stages`` replicated by ``strategy`` (one of :data:`STRATEGIES`) within ``budget``."""
     if strategy == "exact":
-        return exact_replication(stages, budget, noc=noc, noc_floor=noc_floor)
+        return exact_replication(stages, budget)
     if strategy == "balance":
-        return balance_replication(stages, budget, noc=noc)
+        return balance_replication(stages, budget)
     if strategy == "uniform":
-        return uniform_replication(stages, budget, noc=noc)
+        return uniform_replication(stages, budget)
     if strategy == "none":
-        return no_replication(stages, budget, noc)
+        return no_replication(stages, budget)
     raise ValueError(f"replication strategy {strategy!r}; allowed: {', '.join(STRATEGIES)}")
 
 
-def plan_replication(
-    stages: Sequence[Stage],
-    hw: HardwareConfig,
-    strategy: str,
-    noc: NocTime | None = None,
-    noc_floor: NocTime | None = None,
-) -> Replication:
+def plan_replication(stages: Sequence[Stage], hw: HardwareConfig, strategy: str) -> Replication:
     """The copies a plan's ``stages`` get on ``hw``: ``strategy`` within the chip's crossbars
     (``n_crossbars``) when weights are resident; with weights loaded per inference the groups
     take turns on the crossbars and nothing is replicated (strategy ``none``)."""
-    chosen = strategy if hw.weights_resident else "none"
-    return replicate(stages, hw.n_crossbars, chosen, noc, noc_floor)
+    return replicate(stages, hw.n_crossbars, strategy if hw.weights_resident else "none")
 
 
 def throughput_of(
@@ -492,19 +326,17 @@ def throughput_of(
     hw: HardwareConfig,
     traffic_bytes: int,
     port_bytes: int = 0,
-    link_cycles: float = 0.0,
 ) -> PlanThroughput:
     """Both pipeline modes of ``stages`` with ``rep``'s copies; ``traffic_bytes``: the plan's
     DRAM bytes per image (``simulate``'s ``traffic_bytes``), for the DRAM time; ``port_bytes``:
-    the busiest core port's bytes per image (``max(PlacedPlan.core_port_bytes)``);
-    ``link_cycles``: the busiest link's time per image (:attr:`PlanThroughput.link_cycles`)."""
+    the busiest core port's bytes per image (``max(PlacedPlan.core_port_bytes)``)."""
     dram = traffic_bytes * BITS_PER_BYTE * hw.clock_ghz / hw.dram_bandwidth_gbps
     port = port_bytes / hw.noc_link_bytes_per_cycle
-    latency = latency_cycles(stages, rep.copies, rep.stage_noc_cycles)
+    latency = latency_cycles(stages, rep.copies)
     compute = rep.bottleneck_cycles if hw.weights_resident else latency
-    pipeline = max(compute, dram, port, link_cycles)
+    pipeline = max(compute, dram, port)
     ips = NS_PER_S * hw.clock_ghz / pipeline if pipeline > 0 else math.inf
-    return PlanThroughput(tuple(stages), rep, dram, port, pipeline, latency, ips, link_cycles)
+    return PlanThroughput(tuple(stages), rep, dram, port, pipeline, latency, ips)
 
 
 def plan_throughput(
@@ -520,104 +352,21 @@ def plan_throughput(
     return throughput_of(stages, plan_replication(stages, hw, strategy), hw, traffic_bytes)
 
 
-def stage_noc(graph: Graph, plan: Plan, hw: HardwareConfig, stages: Sequence[Stage]) -> NocTime:
-    """The network time of each of ``plan``'s ``stages`` (:func:`plan_stages`) with ``r``
-    copies: the busiest port of its own transfers (input scatter, partial sums, output
-    gather) placed alone on fresh cores, at ``noc_link_bytes_per_cycle``
-    (``placement.stage_port_bytes``; ``docs/cores.md``, "NoC in the batch pipeline")."""
-    from fusiontune.sim.placement import stage_port_bytes
-
-    bw = hw.noc_link_bytes_per_cycle
-
-    def noc(i: int, copies: int) -> float:
-        s = stages[i]
-        return stage_port_bytes(graph, plan.groups[s.group], hw, s.name, copies) / bw
-
-    return noc
-
-
-def stage_noc_floor(
-    graph: Graph, plan: Plan, hw: HardwareConfig, stages: Sequence[Stage]
-) -> NocTime:
-    """A lower bound on :func:`stage_noc` that never decreases with the copies
-    (``placement.stage_port_floor``): what lets ``exact`` stop a stage's scan early."""
-    from fusiontune.sim.placement import stage_port_floor
-
-    bw = hw.noc_link_bytes_per_cycle
-    mats = {
-        m.ops[0]: m
-        for gi in {s.group for s in stages}
-        for m in group_needs(graph, plan.groups[gi]).matrices
-    }
-
-    def floor(i: int, copies: int) -> float:
-        return stage_port_floor(mats[stages[i].name], hw, copies) / bw
-
-    return floor
-
-
 def simulate_replicated(
-    graph: Graph,
-    plan: Plan,
-    hw: HardwareConfig,
-    strategy: str = DEFAULT_STRATEGY,
-    noc: bool = True,
+    graph: Graph, plan: Plan, hw: HardwareConfig, strategy: str = DEFAULT_STRATEGY
 ) -> tuple[Metrics, PlanThroughput]:
     """What a search trial evaluates: ``plan``'s weights replicated by ``strategy``
     (:func:`plan_replication`), the copies placed on a many-core chip (``simulate`` with
-    ``replication``; one core: plain ``simulate``), and both pipeline modes priced.
-
-    ``noc`` (default): on a many-core chip each stage's time includes its own network time
-    (:func:`stage_noc`, which ``exact`` minimises with the compute) and the pipeline waits
-    for the busiest link; ``noc=False`` is the model before that (compute-only stage times,
-    ports but no links), kept to measure the difference (``experiments/exp_manycore.py``).
-
-    With ``exact`` the copies minimise the slowest stage time (proven); the plan-level port
-    and link terms are not per stage, so the network-blind exact copies are priced too and
-    kept when their ``pipeline_cycles`` are lower (``replication_proven`` False then: their
-    slowest stage is not the least)."""
-    from fusiontune.sim.cost import simulate
-
-    stages = plan_stages(graph, plan, hw)
-    if hw.cores == 1:
-        rep = plan_replication(stages, hw, strategy)
-        metrics = simulate(graph, plan, hw)
-        return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes)
-    net = stage_noc(graph, plan, hw, stages) if noc else None
-    floor = stage_noc_floor(graph, plan, hw, stages) if noc else None
-    rep = plan_replication(stages, hw, strategy, net, floor)
-    out = _priced(graph, plan, hw, stages, rep, noc)
-    if noc and rep.strategy == "exact":  # the network-blind optimum may run faster overall
-        blind = plan_replication(stages, hw, strategy)
-        if blind.copies != rep.copies:
-            priced = _result("exact", stages, blind.copies, blind.budget, False, net)
-            other = _priced(graph, plan, hw, stages, priced, noc)
-            if other[1].pipeline_cycles < out[1].pipeline_cycles:
-                return other
-    return out
-
-
-def _priced(
-    graph: Graph,
-    plan: Plan,
-    hw: HardwareConfig,
-    stages: Sequence[Stage],
-    rep: Replication,
-    noc: bool,
-) -> tuple[Metrics, PlanThroughput]:
-    """``plan`` with ``rep``'s copies placed and priced (:func:`simulate_replicated`)."""
+    ``replication``; one core: plain ``simulate``), and both pipeline modes priced."""
     from fusiontune.sim.cost import simulate
     from fusiontune.sim.placement import place_plan
 
+    stages = plan_stages(graph, plan, hw)
+    rep = plan_replication(stages, hw, strategy)
+    if hw.cores == 1:
+        metrics = simulate(graph, plan, hw)
+        return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes)
     copies = rep.as_map(stages)
     metrics = simulate(graph, plan, hw, copies)
-    placed = place_plan(graph, plan, hw, copies)  # its groups are cached
-    link = 0.0
-    if noc:
-        link = (
-            placed.max_link_bytes / hw.noc_link_bytes_per_cycle
-            if hw.weights_resident
-            else float(sum(g.noc_cycles for g in placed.groups))
-        )
-    ports = max(placed.core_port_bytes, default=0)
-    return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes, ports, link)
+    ports = place_plan(graph, plan, hw, copies).core_port_bytes  # its groups are cached
+    return metrics, throughput_of(stages, rep, hw, metrics.traffic_bytes, max(ports, default=0))
