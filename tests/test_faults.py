@@ -79,7 +79,9 @@ def _problem(model: str = "mlp_relu") -> Problem:
     from fusiontune.search.space import load_space, with_overrides
     from fusiontune.sim.hardware import load_hardware
 
-    space = with_overrides(load_space(None), sampler="random")
+    # the flat chip: these tests time evaluations against a 2 s limit, and a cold evaluation
+    # on the 168 tiles (placement, network-aware replication) can take longer on a busy machine
+    space = with_overrides(load_space(None), sampler="random", hardware="isaac_reram_flat")
     return Problem.build(load_model(model), space, load_hardware(space.hardware))
 
 
