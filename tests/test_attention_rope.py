@@ -18,13 +18,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from test_attention_decoder import _ort, fused, rel_err
 
 from fusiontune.export.onnx_export import to_onnx
 from fusiontune.frontend.onnx_import import load_onnx
 from fusiontune.frontend.zoo import build_zoo
 from fusiontune.ir.builder import GraphBuilder
 from fusiontune.ir.graph import Graph
-from fusiontune.ops import AttentionRole, attention_role, axis_permutation
+from fusiontune.ops import axis_permutation
 from fusiontune.planner.attention import fuse_attention
 from fusiontune.planner.attention_rope import commute_head_split
 from fusiontune.planner.plan import singleton_plan
@@ -38,23 +39,6 @@ REL_TOL = 1e-5
 HW = load_hardware("sram_edge")
 DATA = Path(__file__).parent / "data" / "attention"
 N, HID, H, D = 8, 16, 4, 4
-
-
-def rel_err(got: np.ndarray, want: np.ndarray) -> float:
-    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    return float(diff.max()) / max(float(np.abs(want.astype(np.float64)).max()), 1e-30)
-
-
-def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = {i.name for i in sess.get_inputs()}
-    return sess.run(None, {k: v for k, v in feeds.items() if k in names})[0]
-
-
-def fused(graph: Graph) -> list:
-    return [op for op in graph.ops if attention_role(op) is AttentionRole.FUSED]
 
 
 def head_transposes(graph: Graph) -> list[str]:

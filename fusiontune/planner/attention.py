@@ -64,6 +64,7 @@ from fusiontune.ops.attention import (
     where_op,
 )
 from fusiontune.planner.attention_rope import commute_head_split, moved_past
+from fusiontune.planner.attention_rope import fresh_name as _fresh
 
 RANK = 4  # [B, H, N, d]
 Mask = tuple[str, float | None, bool]
@@ -716,13 +717,6 @@ def _const(
     arr = np.asarray(value, dtype)
     arr.flags.writeable = False
     tensors[name] = Tensor(name, tuple(arr.shape), dtype, arr)
-    return name
-
-
-def _fresh(tensors: dict[str, Tensor], stem: str) -> str:
-    name, i = stem, 1
-    while name in tensors:
-        name, i = f"{stem}.{i}", i + 1
     return name
 
 

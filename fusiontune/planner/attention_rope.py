@@ -63,7 +63,7 @@ def commute_head_split(graph: Graph, only: set[str] | None = None) -> tuple[Grap
     for split, ops, exit_ in regions:
         src, seq_src = split.outputs[0], split.inputs[0]
         dropped.add(split.name)
-        seq_exit = _fresh(tensors, f"{exit_}{SEQ_MAJOR}")
+        seq_exit = fresh_name(tensors, f"{exit_}{SEQ_MAJOR}")
         names = {src: seq_src, exit_: seq_exit}
         for op in ops:
             for t in op.outputs:
@@ -175,7 +175,7 @@ def _const(graph: Graph, tensors: dict[str, Tensor], made: dict[str, str], t: st
         value = np.asarray(c.value).reshape((1,) * (RANK - c.value.ndim) + c.value.shape)
         value = np.ascontiguousarray(np.transpose(value, HEAD_SPLIT))
         value.flags.writeable = False
-        name = _fresh(tensors, f"{t}{SEQ_MAJOR}")
+        name = fresh_name(tensors, f"{t}{SEQ_MAJOR}")
         tensors[name] = Tensor(name, tuple(value.shape), c.dtype, value)
         made[t] = name
     return made[t]
@@ -189,7 +189,7 @@ def _split_again(
     absorbs."""
     b, n, h, d = tensors[seq_exit].shape
     stem = exit_t.name
-    merged, split = _fresh(tensors, f"{stem}.merged"), _fresh(tensors, f"{stem}.split")
+    merged, split = fresh_name(tensors, f"{stem}.merged"), fresh_name(tensors, f"{stem}.split")
     tensors[merged] = Tensor(merged, (b, n, h * d), exit_t.dtype)
     tensors[split] = Tensor(split, (b, n, h, d), exit_t.dtype)
     to3 = _shape_const(tensors, f"{merged}.shape", (b, n, h * d))
@@ -203,14 +203,15 @@ def _split_again(
 
 
 def _shape_const(tensors: dict[str, Tensor], stem: str, shape: tuple[int, ...]) -> str:
-    name = _fresh(tensors, stem)
+    name = fresh_name(tensors, stem)
     value = np.asarray(shape, np.int64)
     value.flags.writeable = False
     tensors[name] = Tensor(name, tuple(value.shape), "int64", value)
     return name
 
 
-def _fresh(tensors: dict[str, Tensor], stem: str) -> str:
+def fresh_name(tensors: dict[str, Tensor], stem: str) -> str:
+    """``stem``, or ``stem.1``, ``stem.2``, ... : the first name not in ``tensors``."""
     name, i = stem, 1
     while name in tensors:
         name, i = f"{stem}.{i}", i + 1
