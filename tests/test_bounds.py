@@ -194,3 +194,64 @@ def test_a_time_limited_search_is_certified_by_the_capacity_bound(model: str, pr
     bound = capacity_bound(graph, hw)
     assert lower_bound(graph, hw) < bound == early.lower_bound <= early.value
     assert early.gap == pytest.approx((early.value - bound) / early.value)
+
+
+# ---- what no plan can avoid: merges the rules refuse, and re-reads of OPAQUE ops --------------
+def _ffn(activation: str | None) -> Graph:
+    b = GraphBuilder("ffn", seed=0)
+    h = b.matmul(b.input("x", (16, 32)), 64, bias=False)
+    b.output(b.matmul(b.act(activation, h) if activation else h, 32, bias=False))
+    return b.build()
+
+
+@pytest.mark.parametrize("n_crossbars", [1, 2, 4, 8])
+@pytest.mark.parametrize("buffer_bytes", [256, 4096, 1 << 16])
+def test_a_nonlinearity_between_two_fcs_is_charged_when_the_crossbars_cannot_hold_both(
+    n_crossbars: int, buffer_bytes: int
+) -> None:
+    # fc1 -> Relu -> fc2: no P3 merge across the Relu (rule 2), so one group holding both FCs
+    # needs the crossbars of both (4 on this chip); with fewer, the 16x64 intermediate crosses
+    # DRAM (written once, read once) in every plan, and the bound says so. Without the Relu
+    # the merge (one 32x32 matrix) keeps it on chip at every crossbar count.
+    hw = HardwareConfig(buffer_bytes=buffer_bytes, weights_resident=False, n_crossbars=n_crossbars)
+    graph, linear = _ffn("Relu"), _ffn(None)
+    best = _brute_force_traffic(graph, hw)
+    assert best is not None
+    intermediate = 2 * 16 * 64 * hw.act_bytes
+    crosses = n_crossbars < 4
+    assert capacity_bound(graph, hw) == best == lower_bound(graph, hw) + crosses * intermediate
+    assert capacity_bound(linear, hw) == _brute_force_traffic(linear, hw) == lower_bound(linear, hw)
+
+
+def _bare_attention(seq: int = 24, d: int = 8, heads: int = 4) -> Graph:
+    b = GraphBuilder("bare_attention", seed=0)
+    q = b.input("q", (1, heads, seq, d))
+    kt = b.input("kt", (1, heads, d, seq))
+    v = b.input("v", (1, heads, seq, d))
+    p = b.op("Softmax", [b.op("MatMul", [q, kt], name="scores")], {"axis": -1}, name="softmax")
+    b.output(b.op("MatMul", [p, v], name="context"))
+    return b.build()
+
+
+@pytest.mark.parametrize("buffer_bytes", [8192, 400, 120])
+def test_the_k_and_v_rereads_of_a_fused_attention_are_charged_to_the_byte(
+    buffer_bytes: int,
+) -> None:
+    # a fused attention is OPAQUE, a group of its own in every plan: K and V stream past each
+    # Q tile (more tiles at a smaller buffer), and the bound charges every re-read; with the
+    # keys' transpose its only other group, the bound is the optimum
+    from fusiontune.planner.attention import fuse_attention
+    from fusiontune.sim.attention import plan_flash
+
+    graph = fuse_attention(_bare_attention())
+    (attention,) = (op for op in graph.ops if op.op_type == "Attention")
+    hw = HardwareConfig(buffer_bytes=buffer_bytes)
+    flash = plan_flash(graph, attention, buffer_bytes, 2)
+    once = 3 * 4 * 24 * 8  # q, k and v, each read once
+    result = optimal_plan(graph, hw)
+    assert result.proven and result.value is not None
+    bound = capacity_bound(graph, hw)
+    assert bound == result.value
+    assert bound - lower_bound(graph, hw) >= (flash.read_elems - once) * hw.act_bytes
+    if buffer_bytes < 8192:  # several Q tiles: K and V are read more than once
+        assert flash.read_elems > once

@@ -52,9 +52,15 @@ from __future__ import annotations
 from fusiontune.ir.graph import Graph
 from fusiontune.ir.opclass import OpClass
 from fusiontune.planner._index import GraphIndex, bits, graph_index
+from fusiontune.planner.groups import Group, Mode, PlannerConfig
 from fusiontune.planner.lattice import walk_masks
+from fusiontune.planner.legality import (
+    GroupView,
+    rule_batch_stats_not_folded,
+    rule_no_merge_across_nonlinearity,
+)
 from fusiontune.sim.capacity import cascade_elems
-from fusiontune.sim.cost import default_hw, min_weight_bytes
+from fusiontune.sim.cost import default_hw, group_cost, min_weight_bytes
 from fusiontune.sim.groupmodel import GroupModel, group_model, weight_reload
 from fusiontune.sim.hardware import HardwareConfig
 
@@ -95,7 +101,7 @@ def capacity_bound(graph: Graph, hw: HardwareConfig | None = None) -> int:
     internal = _internal_tensors(model, path)
     total_elems = sum(v for t, v in enumerate(alone) if t not in on_path and t not in internal)
     total_elems += _path_bound(model, ix, path, on_path, alone, opaque, cache, internal)
-    total = total_elems * hw.act_bytes
+    total = total_elems * hw.act_bytes + _opaque_rereads(graph, model, opaque, hw)
     if not hw.weights_resident:
         total += min_weight_bytes(graph, hw) + _reload_bound(model)
     return total
@@ -187,9 +193,44 @@ def _cascade_lb(model: GroupModel, hull: int) -> int:
 
 
 def _no_merge(model: GroupModel, hull: int) -> bool:
-    """A LINEAR member that no merge can take (its group's crossbars can only add up)."""
+    """No group holding ``hull`` can be a P3 merge, so its crossbars can only add up.
+
+    Either a LINEAR member no merge can take (not FC-like), or a merge the legality rules
+    refuse for the hull itself: a nonlinearity between two of its LINEAR ops (rule 2) or a
+    normalization with batch statistics (rule 3). Both refusals hold for every superset of the
+    hull (the ops between its LINEAR ops stay between them; a member stays a member), so the
+    test stays monotone, as :func:`_possible` needs.
+    """
     fc = walk_masks(model.graph).fc_like
-    return any(model.st.cls[i] is OpClass.LINEAR and not fc >> i & 1 for i in bits(hull))
+    if any(model.st.cls[i] is OpClass.LINEAR and not fc >> i & 1 for i in bits(hull)):
+        return True
+    view = GroupView.of(graph_index(model.graph), bits(hull), PlannerConfig())
+    return (
+        rule_no_merge_across_nonlinearity(view, Mode.MERGE) is not None
+        or rule_batch_stats_not_folded(view, Mode.MERGE) is not None
+    )
+
+
+def _opaque_rereads(graph: Graph, model: GroupModel, opaque: int, hw: HardwareConfig) -> int:
+    """Bytes every OPAQUE op reads beyond one read of each of its activation inputs (bytes).
+
+    An OPAQUE op is a group of its own in every plan (rule 6), so what it reads is its
+    singleton's schedule, the same in every plan: a fused attention whose K and V stream past
+    several Q tiles reads them once per tile (``sim/attention.py``), a tiled singleton re-reads
+    halos. The per-tensor terms of :func:`capacity_bound` charge such a reader one read of
+    each input; this adds the rest. An op that cannot run even tiled adds nothing (no plan
+    holds it, and the optimizer says so).
+    """
+    st = model.st
+    extra = 0
+    for i in bits(opaque):
+        op = graph.ops[i]
+        cost = group_cost(graph, Group((op.name,), Mode.SINGLE), hw)
+        if cost.violations:
+            continue
+        once = sum(st.numel[t] for t in set(st.acts[i])) * hw.act_bytes
+        extra += max(0, cost.act_read_bytes - once)
+    return extra
 
 
 def _longest_path(ix: GraphIndex) -> list[int]:
