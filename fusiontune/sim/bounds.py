@@ -13,7 +13,10 @@ plan.
   back at least once. "Cannot" is decided by facts that only get worse as a group grows: an
   OPAQUE op among two or more (rule 6), one member op whose own moment overflows the buffer
   (a window's input rows, a whole tensor; rule 7), or crossbars that overflow when a
-  non-mergeable LINEAR op rules out a merge. Each
+  non-mergeable LINEAR op rules out a merge. A merge is ruled out too when the legality rules
+  refuse one for the hull itself: a nonlinearity between two of its LINEAR ops (rule 2) or a
+  normalization with batch statistics (rule 3); every superset keeps that op between them,
+  so the judgement stays monotone. Each
   OPAQUE reader is a group of its own and reads the tensor itself. Along one longest path of
   the graph the argument is made jointly: a convex group meets a path in a contiguous segment,
   so the path is cut into segments whose hulls could each be in a feasible group; every cut
@@ -35,6 +38,10 @@ plan.
   ``hw.weight_reload``, a convolution whose matrix alone overflows the crossbars is in a
   group with no other matrix in every feasible plan and pays its tiling's re-reads, at least
   as many as the fewest activation reads such a group can have.
+- OPAQUE re-reads (:func:`_opaque_rereads`): an OPAQUE op is a group of its own in every
+  plan, so its singleton's schedule, and the reads it makes beyond one read of each input
+  (a fused attention's K and V once per Q tile), are paid by every plan; the per-tensor
+  terms above charge it one read of each input, this adds the rest.
 
 A group of one op never needs the buffer: when it does not fit one row at a time it runs
 tiled through DRAM (:mod:`fusiontune.sim.tiling`), writing each output once and reading each
