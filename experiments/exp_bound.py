@@ -206,12 +206,12 @@ def notes(rev: str, zoo: list[dict[str, Any]], sweep: list[dict[str, Any]]) -> l
     return [
         f"baseline: capacity_bound at revision {rev}; bound: this tree's. Every row: "
         "baseline <= bound <= optimum (the experiment asserts it).",
-        "What changed: (1) skip connections whose two ends lie on the longest path are priced "
-        "by the path's segmentation (written once, read by every later segment holding a "
-        "reader) instead of once on their own; (2) with weights loaded per inference and "
-        "weight_reload (zigzag_aimc), the weight and input re-reads of every convolution "
-        "whose matrix alone overflows the crossbars, from the fewest activation reads its "
-        "group can have.",
+        "What changed: (1) a merge the legality rules refuse for a hull (a nonlinearity "
+        "or batch statistics between two of its LINEAR ops) rules out the merge, so their "
+        "crossbars add up and a hull that overflows them cannot be one group (FC-Relu-FC, "
+        "the FFN intermediate of bert_block, the VGG classifier head); (2) every OPAQUE "
+        "singleton's re-reads beyond one read of each input (a fused attention's K and V "
+        "once per Q tile) are charged, since every plan pays them.",
         f"the bound changed on {len(changed)} of {len(zoo) + len(sweep)} rows and is lower "
         f"than the baseline on {len(lower)}.",
         "worst optimum / bound, zoo: before "
